@@ -1,0 +1,98 @@
+"""The verification cost curve: seconds per forward pass as a function of the rows it carries.
+
+Measured once per model, device and dtype (a few seconds) and cached as JSON under the goose cache folder.
+Tree budgets (GOOSE ``budget=auto``, PTD rows ``auto``) read it to decide how many nodes pay on this hardware.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from bisect import bisect_left
+from dataclasses import asdict, dataclass
+
+import torch
+from transformers import DynamicCache
+
+from .model import LoadedModel, cache_dir
+from .tree import Draft, DraftTree
+from .verify import Forward
+
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass
+class CostCurve:
+    sizes: list[int]
+    seconds: list[float]  # median seconds of one forward with that many rows
+
+    def time(self, n: int) -> float:
+        """Seconds for a forward of ``n`` rows, interpolated linearly (extrapolated past the last size)."""
+        s, t = self.sizes, self.seconds
+        n = max(1, n)
+        if n <= s[0]:
+            return t[0]
+        i = bisect_left(s, n)
+        if i >= len(s):
+            slope = (t[-1] - t[-2]) / (s[-1] - s[-2])
+            return t[-1] + slope * (n - s[-1])
+        if s[i] == n:
+            return t[i]
+        frac = (n - s[i - 1]) / (s[i] - s[i - 1])
+        return t[i - 1] + frac * (t[i] - t[i - 1])
+
+    def relative(self, n: int) -> float:
+        """Cost of ``n`` rows relative to a one-row step."""
+        return self.time(n) / self.seconds[0]
+
+    def marginal(self, n: int) -> float:
+        """Extra relative cost of the n-th row (n >= 2)."""
+        return self.relative(n) - self.relative(n - 1)
+
+
+def _key(lm: LoadedModel, prefix: int) -> str:
+    raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3) -> CostCurve:
+    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask)."""
+    fwd = Forward(lm.model, lm.dtype, lm.device)
+    gen = torch.Generator().manual_seed(0)
+    vocab = min(lm.vocab_size, 32000)
+    ids = torch.randint(100, vocab, (prefix + max(sizes) + 1,), generator=gen).tolist()
+    cache = DynamicCache(config=lm.model.config)
+    fwd.prefill(ids[:prefix], cache)
+    seconds = []
+    for n in sizes:
+        tree = DraftTree(ids[prefix])
+        # a star keeps the 4-D mask path that real trees take (a plain chain would use the causal fast path)
+        for t in ids[prefix + 1 : prefix + n]:
+            tree.add(t, 0, "probe")
+        draft = Draft(tree=tree)
+        times = []
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            fwd.step(draft, cache)
+            if lm.device.type == "cuda":
+                torch.cuda.synchronize()
+            if r:  # the first run warms up this shape
+                times.append(time.perf_counter() - t0)
+            cache.crop(-len(tree))
+        seconds.append(sorted(times)[len(times) // 2])
+    return CostCurve(sizes=list(sizes), seconds=seconds)
+
+
+def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> CostCurve:
+    """The cached curve for this model, device, dtype and thread count; measured when missing."""
+    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
+    if path.exists() and not refresh:
+        try:
+            return CostCurve(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass
+    curve = measure(lm, prefix=prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(curve)))
+    return curve

