@@ -1,0 +1,59 @@
+"""Options shared by every command (model, device, sampling) and the one way errors reach the user."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, NoReturn, Optional
+
+import typer
+
+Model = Annotated[
+    Optional[str],
+    typer.Option("--model", "-m", help="Model: omitted = embedded SmolLM2-135M-Instruct; a .gguf file, a local folder or a hub id."),
+]
+Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu or cuda.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]
+DeviceMap = Annotated[
+    Optional[str], typer.Option("--device-map", help="'auto' spreads a model too big for one GPU over several (accelerate).")
+]
+Raw = Annotated[bool, typer.Option("--raw", help="Feed prompts as raw text instead of through the chat template.")]
+MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", "-n", help="Most new tokens per answer.", min=1)]
+Temperature = Annotated[float, typer.Option("--temperature", "-t", help="0 = greedy; > 0 samples (lossless).", min=0.0)]
+TopK = Annotated[int, typer.Option("--top-k", help="Sample only among the k most likely tokens (0 = off).", min=0)]
+TopP = Annotated[float, typer.Option("--top-p", help="Sample from the smallest set with this much probability (1 = off).")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling (reproducible runs).")]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one clear sentence to stderr and exit non-zero."""
+    print(f"goose: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None):
+    from drafting.model import ModelError, load_model
+
+    try:
+        return load_model(model, device=device, dtype=dtype, device_map=device_map)
+    except ModelError as exc:
+        fail(str(exc))
+
+
+def sampling_or_fail(temperature: float, top_k: int, top_p: float, seed: int | None):
+    from drafting.sampling import SamplingParams
+
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    try:
+        params.check()
+    except ValueError as exc:
+        fail(str(exc))
+    return params
+
+
+def speculator_or_fail(spec: str):
+    from drafting.speculators import SpecError, create
+
+    try:
+        return create(spec)
+    except SpecError as exc:
+        fail(str(exc))
