@@ -46,10 +46,26 @@ class StepRecord:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-class TraceWriter:
-    """Appends records to a trace file, flushing each line."""
+def record_token_ids(record: StepRecord) -> set[int]:
+    """Every token id a record mentions (tree, output, top-k, in-model rows)."""
+    ids = set(record.tokens) | set(record.emitted)
+    for node in record.top or []:
+        ids.update(t for t, _ in node)
+    if record.rows:
+        ids.update(t for t in record.rows.get("tokens", []) if isinstance(t, int))
+    return ids
 
-    def __init__(self, path: str | Path, header: dict):
+
+class TraceWriter:
+    """Appends records to a trace file, flushing each line.
+
+    With a tokenizer, each record line carries ``token_text`` for the ids it is first to mention, so a viewer
+    shows text without loading the model.
+    """
+
+    def __init__(self, path: str | Path, header: dict, tokenizer=None):
+        self.tokenizer = tokenizer
+        self._known: set[int] = set()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "w", encoding="utf-8")
@@ -62,7 +78,12 @@ class TraceWriter:
         self._f.flush()
 
     def write(self, record: StepRecord) -> None:
-        self._f.write(json.dumps(record.to_dict()) + "\n")
+        line = record.to_dict()
+        if self.tokenizer is not None:
+            new = sorted(record_token_ids(record) - self._known)
+            self._known.update(new)
+            line["token_text"] = {str(t): self.tokenizer.decode([t]) for t in new}
+        self._f.write(json.dumps(line) + "\n")
         self._f.flush()
 
     def close(self) -> None:
@@ -79,6 +100,10 @@ class TraceWriter:
 class Trace:
     header: dict
     sections: list[dict]  # each: {"header": {...}, "records": [StepRecord, ...]}
+    token_text: dict[int, str] = field(default_factory=dict)
+
+    def text(self, token: int) -> str:
+        return self.token_text.get(token, f"<{token}>")
 
     @property
     def records(self) -> list[StepRecord]:
@@ -106,6 +131,7 @@ def read_trace(path: str | Path) -> Trace:
             f"Trace {str(p)!r} has format version {header['goose_trace']}, this goose reads version {TRACE_VERSION}."
         )
     sections: list[dict] = [{"header": {}, "records": []}]
+    token_text: dict[int, str] = {}
     for lineno, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -115,6 +141,7 @@ def read_trace(path: str | Path) -> Trace:
                 sections.append({"header": obj["goose_section"], "records": []})
                 continue
             sections[-1]["records"].append(StepRecord.from_dict(obj))
+            token_text.update({int(k): v for k, v in obj.get("token_text", {}).items()})
         except (json.JSONDecodeError, TypeError, KeyError):
             if lineno == len(lines):  # a run cut off mid-write: keep what is complete
                 break
@@ -122,4 +149,4 @@ def read_trace(path: str | Path) -> Trace:
     sections = [s for s in sections if s["records"] or s["header"]]
     if not any(s["records"] for s in sections):
         raise TraceError(f"Trace {str(p)!r} holds no steps.")
-    return Trace(header=header, sections=sections)
+    return Trace(header=header, sections=sections, token_text=token_text)
