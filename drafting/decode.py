@@ -76,6 +76,7 @@ class Decoder:
         self.record_top = record_top
         self.forward = Forward(lm.model, lm.dtype, lm.device)
         self.result: GenerationResult | None = None
+        speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
         if len(prompt_ids) + 1 > self.lm.max_context:
