@@ -45,6 +45,7 @@ def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
         node = nxt
 
 
+@torch.inference_mode()  # the cache tensors were made in inference mode; updating them in place needs it too
 def keep_accepted(cache, prefix_len: int, path: list[int]) -> None:
     """Keep prefix + the accepted tree nodes (root first) in the cache; drop every other step row."""
     n_keep = len(path)

@@ -44,6 +44,10 @@ class Speculator:
         self.settings = {k: o.default for k, o in self.options.items()}
         self.settings.update(settings)
 
+    def bind(self, lm) -> None:
+        """The Decoder hands over the loaded model before the first ``reset`` (e.g. to read its verify cost
+        curve); may be called again by each new Decoder. Default: nothing to do."""
+
     def reset(self, context: list[int]) -> None:
         """A new generation starts with this prompt (its last token is the first root)."""
 
