@@ -16,7 +16,9 @@ def test_round_trip_keeps_every_field_and_token_text(tmp_path):
         assert trace.header["prompt_id"] == "p1"
         assert trace.text(records[0].tokens[0]) == "def"
         assert trace.text(999_999) == "<999999>"
-    assert read_trace(ptd).records[0].rows["grown"][2] is True
+    first = read_trace(ptd).records[0]
+    assert first.rows["grown"][1] == [-1, 104]  # a new slot "," as [parent row, token]
+    assert read_trace(ptd).text(104) == ","
 
 
 def test_sections_hold_one_generation_each(tmp_path):

@@ -30,13 +30,28 @@ def test_provenance_labels_every_emitted_token():
     assert provenance(ptd_records()[0]) == ["guess", "guess", "bonus"]
 
 
-def test_row_flags_read_as_bools_or_indices():
-    first, second = ptd_records()[:2]
-    assert row_states(first.rows) == ["kept", "kept", "grown", "grown", "pruned", "pruned"]
-    assert row_states(second.rows) == ["kept", "kept", "kept", "grown", "pruned"]
-    tree = draft_rows_tree(first)
-    assert tree.parents == [-1, 0, 1, 2, 3, 0, 5]
+def test_ptd_rows_draw_slots_as_trunk_with_grown_and_pruned_nodes():
+    first = ptd_records()[0]
+    assert row_states(first.rows) == ["kept", "kept", "kept", "pruned", "kept", "pruned"]
+    tree, trunk = draft_rows_tree(first)
+    # Slots " add" ( a chain from the root; " sum" hangs off " add", "," off "a", "(" off " sum"; grown: " b"
+    # under "a" (row 2) and a new slot "," at the end of the chain.
+    assert [text(t) for t in tree.tokens] == ["def", " add", "(", "a", " sum", ",", "(", " b", ","]
+    assert tree.parents == [-1, 0, 1, 2, 1, 3, 4, 3, 3]
+    assert trunk == [0, 1, 2, 3, 8]
+    assert tree.markers[7] == tree.markers[8] == "+" and tree.markers[4] == "✂"
+    assert row_states({"tokens": [1, 2, 3], "grown": [True, False, False], "pruned": [2]}) == ["grown", "kept", "pruned"]
     assert draft_rows_tree(ptd_records()[3]) is None
+
+
+def test_lookahead_rows_become_one_chain_per_column():
+    from drafting.trace import StepRecord
+
+    rec = StepRecord(0, 0, [5], [-1], ["root"], [0], [6], 0, 0,
+                     rows={"kind": "lookahead", "tokens": [10, 11, 12, 13], "offsets": [1, 2, 2, 3],
+                           "column": [0, 1, 0, 1], "level": [0, 0, 1, 1]})
+    tree, trunk = draft_rows_tree(rec)
+    assert tree.parents == [-1, 0, 1, 1, 2]
 
 
 def test_spine_is_the_trunk():

@@ -103,26 +103,19 @@ def goose_records() -> list[StepRecord]:
 
 def ptd_records() -> list[StepRecord]:
     recs = []
+    def rows(words, parents, depths, grown=(), pruned=()):
+        """PTD's row description: parents are row indices (-1 = a slot of the Jacobi chain)."""
+        return {"tokens": [ID[w] for w in words], "parents": parents, "depths": depths,
+                "offsets": [d for d in depths], "grown": [[p, ID[w]] for p, w in grown], "pruned": list(pruned)}
+
     plan = [  # (position, accepted guess words, rejected guess siblings, draft rows)
-        (0, [" add", "("], [" sum"], {
-            "tokens": [ID[w] for w in [" add", "(", "a", ",", " sum", "("]],
-            "parents": [-1, 0, 1, 2, -1, 4], "depth": [1, 2, 3, 4, 1, 2],
-            "grown": [False, False, True, True, False, True], "pruned": [False, False, False, False, True, True],
-        }),
-        (3, [",", " b", ")"], [" c"], {
-            "tokens": [ID[w] for w in [",", " b", ")", " ->", " c"]],
-            "parents": [-1, 0, 1, 2, 0], "depth": [1, 2, 3, 4, 2],
-            "grown": [3], "pruned": [4],
-        }),
-        (7, [" int"], [":"], {
-            "tokens": [ID[w] for w in [" int", ":", "\n"]], "parents": [-1, 0, 1], "depth": [1, 2, 3],
-            "grown": [2], "pruned": [],
-        }),
+        (0, [" add", "("], [" sum"], rows([" add", "(", "a", " sum", ",", "("], [-1, -1, -1, 0, 2, 3],
+                                          [1, 1, 1, 2, 2, 3], grown=[(2, " b"), (-1, ",")], pruned=[3, 5])),
+        (3, [",", " b", ")"], [" c"], rows([",", " b", ")", " c"], [-1, -1, -1, 1], [1, 1, 1, 2],
+                                           grown=[(2, " ->")], pruned=[3])),
+        (7, [" int"], [":"], rows([" int", ":", "\n"], [-1, 0, 1], [1, 2, 3], grown=[(2, "    ")])),
         (9, ["\n", "    ", "return"], [], None),
-        (13, [" +", " b"], [" c"], {
-            "tokens": [ID[w] for w in [" +", " b", "\n", " c"]], "parents": [-1, 0, 1, 0], "depth": [1, 2, 3, 2],
-            "grown": [2], "pruned": [3],
-        }),
+        (13, [" +", " b"], [" c"], rows([" +", " b", "\n", " c"], [-1, -1, -1, 0], [1, 1, 1, 2], pruned=[3])),
     ]
     for step, (pos, good, bad, rows) in enumerate(plan):
         root = "def" if pos == 0 else OUTPUT[pos - 1]

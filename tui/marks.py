@@ -99,9 +99,11 @@ def provenance(record: StepRecord) -> list[str]:
 
 
 def row_states(rows: dict) -> list[str]:
-    """The state of every in-model draft row: grown this step, pruned this step, or kept."""
+    """The state of every in-model draft row sent this step: pruned by this step, or kept (grown rows are new
+    nodes, listed apart as [parent row, token]; a per-row flag form is read too)."""
     n = len(rows.get("tokens", []))
-    grown, pruned = _flags(rows.get("grown"), n), _flags(rows.get("pruned"), n)
+    grown_in = [g for g in rows.get("grown") or [] if not isinstance(g, (list, tuple))]
+    grown, pruned = _flags(grown_in, n), _flags(rows.get("pruned"), n)
     return [PRUNED if pruned[i] else GROWN if grown[i] else KEPT for i in range(n)]
 
 

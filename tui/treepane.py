@@ -19,8 +19,9 @@ from .marks import MARKER, ROW_MARKER, STYLE, node_states, provenance, row_state
 from .treelayout import Seg, clip, default_trunk, layout, token_label
 from .views import draft_rows_tree, verified_tree
 
-INFO_KEYS = ("route", "bypass", "budget", "confidence", "ema", "spine_continuation", "ngram", "trimmed")
-SHORT = {"confidence": "conf", "spine_continuation": "continued"}
+INFO_KEYS = ("route", "bypass", "budget", "confidence", "ema", "chain", "spine_continuation", "guess", "draft_rows",
+             "forest", "pool", "columns", "ngram", "trimmed")
+SHORT = {"confidence": "conf", "spine_continuation": "continued", "draft_rows": "rows"}
 
 
 def _fmt(value) -> str:
@@ -77,14 +78,18 @@ class TreePane(Widget, can_focus=True):
         out += self._summary(record, width)
         self._visible = []
         if self.kind == "ptd":
-            rows_tree = draft_rows_tree(record)
+            drawn = draft_rows_tree(record)
             room = height - len(out) - 2
-            if rows_tree is None:
+            if drawn is None:
                 out.append([Seg("no in-model draft rows in this step", "grey50")])
             else:
-                n = len(rows_tree.tokens) - 1
-                out.append([Seg(f"draft tree · {n} rows", "bold")])
-                out += self._tree_lines("rows", rows_tree, None, width, max(1, room // 2))
+                rows = record.rows
+                grown = sum(1 for g in rows.get("grown") or [] if isinstance(g, (list, tuple)))
+                head = f"draft tree · {len(rows['tokens'])} rows"
+                head += f" · +{grown} grown" if grown else ""
+                head += f" · ✂{len(rows.get('pruned') or [])} pruned" if rows.get("pruned") else ""
+                out.append([Seg(head, "bold")])
+                out += self._tree_lines("rows", drawn[0], drawn[1], width, max(1, room // 2))
             guess, trunk = verified_tree(record)
             out.append([Seg(f"guess tree · {len(guess.tokens) - 1} nodes verified", "bold")])
             out += self._tree_lines("tree", guess, trunk, width, height - len(out))
@@ -95,7 +100,7 @@ class TreePane(Widget, can_focus=True):
         for i, line in enumerate(out[:height]):
             if i:
                 text.append("\n")
-            for seg in line:
+            for seg in clip(line, width):
                 style = seg.style
                 if seg.node is not None and self.selected is not None and self.has_focus:
                     if (seg.part, seg.node) == self.selected:
@@ -124,12 +129,13 @@ class TreePane(Widget, can_focus=True):
         facts = []
         for key in INFO_KEYS:
             value = record.info.get(key)
-            if value is None or value is False:
+            if value is None or value is False or isinstance(value, (dict, list)):
                 continue
             if key == "route":
                 facts.append(str(value))
-            elif value is True:
-                facts.append(key)
+            elif key == "bypass" or value is True:
+                if value:
+                    facts.append("bypass")
             else:
                 facts.append(f"{SHORT.get(key, key)} {_fmt(value)}")
         if facts:
@@ -155,11 +161,17 @@ class TreePane(Widget, can_focus=True):
             if node == 0:
                 part, node = "tree", 0
             else:
-                r = node - 1
-                depth = (rows.get("depth") or rows.get("depths") or [None] * (r + 1))[r]
-                token = int(rows["tokens"][r])
-                state = row_states(rows)[r]
-                return {"token": token, "text": self.text(token), "source": "in-model draft row", "depth": depth,
+                tree, _ = draft_rows_tree(record)
+                depth, p = 0, tree.parents[node]
+                while p >= 0:
+                    depth, p = depth + 1, tree.parents[p]
+                token, r = tree.tokens[node], node - 1
+                if r < len(rows["tokens"]):
+                    state, source = row_states(rows)[r], f"in-model draft row {r}"
+                    depth = (rows.get("depths") or rows.get("depth") or [depth] * (r + 1))[r]
+                else:
+                    state, source = "grown", "grown by this step (drafted next step)"
+                return {"token": token, "text": self.text(token), "source": source, "depth": depth,
                         "state": f"{ROW_MARKER[state]} {state}", "top": None}
         token = record.tokens[node]
         depth, p = 0, record.parents[node]
