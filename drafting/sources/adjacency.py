@@ -10,6 +10,7 @@ plain indexing. It persists across prompts (hot start) and can be saved to / loa
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +78,7 @@ class AdjacencyTable:
             return
         logits = logits[:n]
         self._ensure_vocab(int(logits.shape[-1]))
-        with torch.no_grad():
+        with torch.no_grad(), _one_cpu_thread(logits):
             top, idx = torch.topk(logits, self.k, dim=-1)
             # scores are the softmax over the top-k only: a full log-sum-exp would double the cost of a
             # harvest (another pass over rows x vocab) for a small correction on flat distributions
@@ -164,6 +165,21 @@ class AdjacencyTable:
             slots = self._bigram_slots(keys.tolist())
             self.bi_succ[slots] = bi_succ
             self.bi_score[slots] = bi_score
+
+
+@contextmanager
+def _one_cpu_thread(t: torch.Tensor):
+    """A top-k over a few rows is fastest on one thread: split across the cores of a busy machine, each op
+    waits for every core (measured here: 15 ms instead of 0.7 ms for 8 rows)."""
+    threads = torch.get_num_threads()
+    if t.device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 _EMPTY_I = np.zeros(0, dtype=np.int32)
