@@ -21,6 +21,7 @@ from ..sources.context import SpineMatcher
 from ..tree import Draft, DraftTree
 from .base import Option, Speculator, StepResult
 
+_CURVES: dict = {}  # per loaded model in this process: checked (and if need be re-measured) once
 _SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 
 
@@ -114,10 +115,14 @@ class TreeSpeculator(Speculator):
             from ..budget import is_sane, monotone
             from ..cost import cost_curve
 
-            curve = cost_curve(lm)
-            if not is_sane(curve):  # measured while the machine was busy: measure again
-                curve = cost_curve(lm, refresh=True)
-            self.curve = monotone(curve)
+            key = (id(lm.model), str(lm.device), str(lm.dtype))
+            curve = _CURVES.get(key)
+            if curve is None:
+                curve = cost_curve(lm)
+                if not is_sane(curve):  # measured while the machine was busy: measure again, once
+                    curve = cost_curve(lm, refresh=True)
+                curve = _CURVES[key] = monotone(curve)
+            self.curve = curve
 
     def reset(self, context: list[int]) -> None:
         self.save_cache()
