@@ -65,6 +65,7 @@ class Decoder:
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
         self.forward = Forward(lm.model, lm.dtype, lm.device)
+        speculator.bind(lm)
         self.result: GenerationResult | None = None
 
     def check_fits(self, prompt_ids: list[int]) -> None:

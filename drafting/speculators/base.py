@@ -44,6 +44,10 @@ class Speculator:
         self.settings = {k: o.default for k, o in self.options.items()}
         self.settings.update(settings)
 
+    def bind(self, lm) -> None:
+        """The model this speculator will draft for (a ``LoadedModel``); called once by the Decoder. Lets a
+        speculator read EOS ids or the measured verify cost curve; the model itself must not be called."""
+
     def reset(self, context: list[int]) -> None:
         """A new generation starts with this prompt (its last token is the first root)."""
 
