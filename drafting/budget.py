@@ -31,11 +31,11 @@ class OnlineBudget:
 
     Each size keeps an EMA of the tokens its steps produced. The size with the best EMA per second is used;
     every other size is probed again after a number of steps that grows with its cost relative to the best, so
-    a cheap probe comes back often and an expensive one rarely. Size 1 (plain steps) is always a candidate and
+    a cheap probe that nearly pays comes back often and an expensive or hopeless one rarely. Size 1 (plain steps) is always a candidate and
     is known exactly: one token per step.
     """
 
-    def __init__(self, curve: CostCurve, sizes: Iterable[int], alpha: float = 0.25, probe_every: int = 12):
+    def __init__(self, curve: CostCurve, sizes: Iterable[int], alpha: float = 0.3, probe_every: int = 16):
         self.curve = curve
         self.sizes = sorted({int(n) for n in sizes if n >= 2})
         self.alpha = alpha
@@ -64,12 +64,13 @@ class OnlineBudget:
             if n not in self.ema:
                 return n
         best = self.best()
+        best_rate = self.rate(best)
         due = [
             n
             for n in self.sizes
             if n != best
             and self.clock - self.last_tried.get(n, 0)
-            >= self.probe_every * max(1.0, self.curve.relative(n) / self.curve.relative(best))
+            >= self.probe_every * self.curve.relative(n) * best_rate / self.rate(n)
         ]
         return min(due, key=lambda n: self.last_tried.get(n, 0)) if due else best
 

@@ -74,6 +74,7 @@ class Lookahead(InModelDrafter):
             "guess": len(tree) - 1,
             "pool": len(self.pool),
             "columns": ncols,
+            "draft_rows": len(rows),
             "rows": {"kind": "lookahead", "tokens": list(rows.tokens), "offsets": list(rows.offsets),
                      "column": [a for a, _ in where], "level": [j for _, j in where]},
         }

@@ -8,8 +8,9 @@ position after its parent. After each step:
   front: the first child is the latest guess); at most ``width`` children (the oldest is cut), nothing grows
   under EOS or past ``depth``; the last slot's argmax instead extends the chain with a new slot (a slot's
   argmax equal to the next slot's token is the chain itself and grows nothing);
-- pool: every slot's subtree (and the chain after it) is merged into the trie of its slot token (at most
-  ``pool`` nodes per key, the least recently touched leaf evicted);
+- pool: every draft node's subtree (and, for a slot, the chain after it) is merged into the trie of its token
+  (at most ``pool`` nodes per key, the least recently touched leaf evicted); each verified guess node's
+  argmax joins the trie of its token too;
 - depth window: a slot whose subtree is deeper than ``depth`` is cut to its first child's subtree;
 - the oldest slot is dropped once the chain is longer than ``window``.
 
@@ -122,7 +123,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
                 idx.append(tree.add(tok, 0 if parent < 0 else idx[parent], GUESS))
         rows, sent, desc = self._rows(len(tree), budget - len(tree))
         self._sent = sent
-        info = {"route": "tree", "budget": budget, "guess": len(tree) - 1, "draft": len(sent),
+        info = {"route": "tree", "budget": budget, "guess": len(tree) - 1, "draft_rows": len(sent),
                 "forest": forest, "pool": len(self.pool), "rows": desc}
         return Draft(tree=tree, rows=rows, info=info)
 
@@ -164,7 +165,12 @@ class ProgressiveTreeDrafting(InModelDrafter):
         s = self.settings
         if s["seed"]:
             self._harvest_text(result.emitted)
-        out = self.row_argmax(draft, result)
+        if draft.info.get("route") == "plain":
+            return
+        top = result.logits.argmax(-1).tolist()  # one host sync for the guess tree and the draft rows
+        t = len(draft.tree)
+        self._harvest_guesses(draft.tree, top[:t])
+        out = top[t:] if draft.rows else []
         if not out:
             return
         sent, self._sent = self._sent, []
@@ -221,13 +227,21 @@ class ProgressiveTreeDrafting(InModelDrafter):
         desc["pruned"] = sorted(row[id(n)] for n in pruned if id(n) in row)
 
     def _merge_pool(self) -> None:
+        """Every draft node's subtree goes into the trie of its token; a slot's also gets the chain after it."""
         depth = self.settings["depth"]
         for i, slot in enumerate(self.slots):
             chain = [n.token for n in self.slots[i + 1 : i + depth]]
             self.pool.insert(slot.token, chain)
-            for path in slot.leaf_paths():
-                self.pool.insert(slot.token, path[: depth])
+            for node in slot.walk():
+                for path in node.leaf_paths():
+                    self.pool.insert(node.token, path[:depth])
         self.pool.tick()
+
+    def _harvest_guesses(self, tree: DraftTree, nxt: list[int]) -> None:
+        """A verified guess node's argmax is the model's own next token after it: keep it under its token."""
+        for i in range(1, len(tree)):
+            if nxt[i] not in self.eos:
+                self.pool.insert(tree.tokens[i], [nxt[i]])
 
     def _harvest_text(self, emitted: list[int]) -> None:
         """Every n-gram ending in a newly committed token goes into the pool."""
