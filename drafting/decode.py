@@ -26,6 +26,10 @@ class ContextError(ValueError):
     """The prompt does not fit the model's context window; one sentence."""
 
 
+class UnsupportedModelError(ValueError):
+    """A tree speculator was asked to run on a model whose attention a tree mask would break; one sentence."""
+
+
 def greedy_acceptor(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
     return greedy_accept(tree, logits[: len(tree)].argmax(-1).tolist())
 
@@ -60,13 +64,19 @@ class Decoder:
         acceptor: Acceptor | None = None,
         record_top: int = 0,
     ):
+        if lm.sliding_window and speculator.name != "ar":
+            # A custom 4-D mask replaces the model's sliding-window / chunked rule: outputs would silently change.
+            raise UnsupportedModelError(
+                f"{lm.name} uses sliding-window or chunked attention (window {lm.sliding_window}), which tree "
+                f"verification would silently break, so {speculator.name!r} cannot run on it; only 'ar' can."
+            )
         self.lm = lm
         self.speculator = speculator
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
         self.forward = Forward(lm.model, lm.dtype, lm.device)
-        speculator.bind(lm)
         self.result: GenerationResult | None = None
+        speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
         if len(prompt_ids) + 1 > self.lm.max_context:

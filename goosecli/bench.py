@@ -1,9 +1,111 @@
-"""`goose bench` (not built yet)."""
+"""`goose bench PROMPTS.jsonl`: speculators side by side against plain decoding, with proof of identical output."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
 
 from .main import app
+from .options import (
+    Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, Temperature, TopK, TopP, fail, load_or_fail,
+    sampling_or_fail,
+)
+
+INTERRUPTED = 130
 
 
 @app.command()
-def bench() -> None:
-    """Not built yet."""
-    raise SystemExit("goose bench is not built yet.")
+def bench(
+    prompts: Annotated[Path, typer.Argument(help="JSON Lines prompt file: {\"prompt\", \"id\"?, \"task\"?, \"turns\"?} per line.", show_default=False)],
+    speculators: Annotated[
+        str,
+        typer.Option("--speculators", "-s", help="Comma-separated specs, e.g. 'pld,hf-pld' or 'pld:max_ngram=3,draft=10,goose:budget=60'; `ar` always runs as the reference."),
+    ] = "ar,pld,hf-pld",
+    max_new_tokens: MaxNewTokens = 128,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Run only the first N prompts (after --tasks).", min=1)] = None,
+    tasks: Annotated[Optional[str], typer.Option("--tasks", help="Comma-separated task names to keep, e.g. 'gsm8k,mt_bench'.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", "-o", help="Write results here as JSON, rewritten after every finished run.")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Folder for one step-record trace per prompt x speculator (for `goose viz`).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the --json file of an interrupted run, skipping finished runs.")] = False,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    device_map: DeviceMap = None,
+    raw: Raw = False,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    seed: Seed = None,
+) -> None:
+    """Run speculators in turn on every prompt, check each output against `ar` and report speedups."""
+    from drafting.benchmark import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
+    from drafting.decode import UnsupportedModelError
+    from drafting.hf_pld import NAME as HF_PLD
+    from drafting.prompt_file import PromptFileError, read_prompts
+    from drafting.speculators import SpecError, parse_spec
+
+    from .bench_report import Report
+
+    params = sampling_or_fail(temperature, top_k, top_p, seed)
+    task_set = {t.strip() for t in tasks.split(",") if t.strip()} if tasks else None
+    try:
+        prompt_list = read_prompts(prompts, tasks=task_set, limit=limit)
+    except PromptFileError as exc:
+        fail(str(exc))
+    specs = split_specs(speculators)
+    if not specs:
+        fail("--speculators is empty; name at least one speculator, e.g. pld.")
+    try:
+        for spec in specs:
+            if spec.split(":")[0].strip() != HF_PLD:
+                parse_spec(spec)
+    except SpecError as exc:
+        fail(str(exc))
+    if trace is not None and trace.exists() and not trace.is_dir():
+        fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
+    try:
+        lm = load_or_fail(model, device, dtype, device_map)
+        contenders = build_contenders(speculators, lm, params)
+    except KeyboardInterrupt:
+        print("goose: interrupted before any run started.", file=sys.stderr)
+        raise typer.Exit(INTERRUPTED) from None
+    except (SpecError, UnsupportedModelError) as exc:
+        fail(str(exc))
+    except NotImplementedError:
+        fail("Sampling (--temperature > 0) is not available in this build yet; use --temperature 0.")
+    meta = {
+        "model": lm.name,
+        "device": lm.device.type,
+        "dtype": str(lm.dtype).replace("torch.", ""),
+        "max_new_tokens": max_new_tokens,
+        "prompt_file": str(prompts),
+        "raw": raw,
+        "sampling": {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed},
+        "speculators": [c.spec for c in contenders],
+    }
+    try:
+        results = ResultsFile(json_out, meta, resume)
+    except BenchError as exc:
+        fail(str(exc))
+    settings = BenchSettings(max_new_tokens=max_new_tokens, raw=raw, params=params, trace_dir=trace)
+    report = Report(lm.describe(), meta["speculators"], params.greedy)
+    done = results.done()
+    todo = sum(1 for p in prompt_list for c in contenders if (p.id, c.spec) not in done)
+    report.start(len(prompt_list), todo, len(done))
+    try:
+        with report.progress(todo) as advance:
+            for item in run_bench(lm, contenders, prompt_list, settings, results):
+                advance(item)
+    except KeyboardInterrupt:
+        results.save(complete=False)  # every finished run is already in; make sure the file says so
+        report.tables(results.document(complete=False))
+        where = f"; {len(results.runs)} finished runs are in {str(json_out)!r}, --resume continues" if json_out else ""
+        print(f"goose: interrupted{where}.", file=sys.stderr)
+        raise typer.Exit(INTERRUPTED) from None
+    results.save(complete=True)
+    report.tables(results.document(complete=True))
+    if json_out:
+        report.note(f"results: {json_out}")

@@ -45,8 +45,8 @@ class Speculator:
         self.settings.update(settings)
 
     def bind(self, lm) -> None:
-        """The model this speculator will draft for (a ``LoadedModel``); called once by the Decoder. Lets a
-        speculator read EOS ids or the measured verify cost curve; the model itself must not be called."""
+        """The Decoder hands over the loaded model before the first ``reset`` (e.g. to read its verify cost
+        curve); may be called again by each new Decoder. Default: nothing to do."""
 
     def reset(self, context: list[int]) -> None:
         """A new generation starts with this prompt (its last token is the first root)."""
