@@ -97,6 +97,17 @@ def monotone(curve):
     return CostCurve(sizes=list(curve.sizes), seconds=t)
 
 
+def sane_curve(lm):
+    """The model's cached verify cost curve, measured again if it looks taken on a busy machine, then made
+    monotone (shared by every speculator with an ``auto`` budget)."""
+    from .cost import cost_curve
+
+    curve = cost_curve(lm)
+    if not is_sane(curve):
+        curve = cost_curve(lm, refresh=True)
+    return monotone(curve)
+
+
 def best_size(curve, expected_tokens: Callable[[int], float], sizes: Iterable[int]) -> int:
     """The size with the most expected tokens per second (ties go to the smaller size)."""
     best, best_rate = 1, 1.0 / curve.time(1)

@@ -40,9 +40,9 @@ class InModelDrafter(Speculator):
     def bind(self, lm) -> None:
         self.eos = set(lm.eos_ids)
         if self.settings["rows"] == "auto" and self.budget is None:
-            from ..cost import cost_curve
+            from ..budget import sane_curve
 
-            self.budget = OnlineBudget(cost_curve(lm), AUTO_SIZES)
+            self.budget = OnlineBudget(sane_curve(lm), AUTO_SIZES)
 
     def step_rows(self) -> int:
         """The row budget of the next step."""
