@@ -112,16 +112,12 @@ class TreeSpeculator(Speculator):
 
     def bind(self, lm) -> None:
         if self.auto and self.curve is None:
-            from ..budget import is_sane, monotone
-            from ..cost import cost_curve
+            from ..budget import sane_curve
 
             key = (id(lm.model), str(lm.device), str(lm.dtype))
             curve = _CURVES.get(key)
-            if curve is None:
-                curve = cost_curve(lm)
-                if not is_sane(curve):  # measured while the machine was busy: measure again, once
-                    curve = cost_curve(lm, refresh=True)
-                curve = _CURVES[key] = monotone(curve)
+            if curve is None:  # checked (and re-measured if spoilt by a busy machine) once per process
+                curve = _CURVES[key] = sane_curve(lm)
             self.curve = curve
 
     def reset(self, context: list[int]) -> None:
