@@ -82,6 +82,7 @@ class ChatApp(App):
         self._answer: Turn | None = None
         self._detok: Detokenizer | None = None
         self._thread: threading.Thread | None = None
+        self._token_text: dict[int, str] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="head")
@@ -108,7 +109,10 @@ class ChatApp(App):
             self.query_one("#prompt", Input).focus()
 
     def _text(self, token: int) -> str:
-        return self.session.lm.tokenizer.decode([token])
+        text = self._token_text.get(token)
+        if text is None:
+            text = self._token_text[token] = self.session.lm.tokenizer.decode([token])
+        return text
 
     def _pane_kind(self) -> str:
         return "ptd" if self.session.decoder.speculator.name in ROW_SPECULATORS else "spine"
