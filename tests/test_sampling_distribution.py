@@ -26,7 +26,7 @@ from sampling_reference import chi_square, reference_warp
 
 VOCAB = 16
 LENGTH = 3  # tokens per sampled continuation
-SAMPLES = 2500
+SAMPLES = 2000
 ALPHA = 1e-3  # a correct verifier fails with this chance per test; the seeds are fixed, so runs are repeatable
 
 SETTINGS = {

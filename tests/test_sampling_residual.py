@@ -173,3 +173,17 @@ def test_sampling_params_reject_bad_values():
         with pytest.raises(ValueError):
             make_acceptor(bad)
     assert SamplingParams(0.7, top_k=50, top_p=0.9, seed=1).describe() == "T=0.7 top-k=50 top-p=0.9 seed=1"
+
+
+@pytest.mark.slow
+def test_sampling_on_embedded_model_repeats_with_seed_and_follows_the_nucleus(embedded_lm, real_prompts):
+    """Real vocabulary (49k tokens, the top-p fast path): a seed repeats a sampled answer exactly, and with a
+    tiny top-p every token is the target's argmax, so the sampled answer equals greedy decoding."""
+    from drafting.decode import Decoder
+    from drafting.speculators import create
+
+    _, ids = real_prompts[0]
+    run = lambda params: Decoder(embedded_lm, create("pld"), acceptor=make_acceptor(params)).generate(ids, 24).output_ids
+    first = run(SamplingParams(0.7, seed=5))
+    assert first == run(SamplingParams(0.7, seed=5))
+    assert run(SamplingParams(1.0, top_p=1e-6, seed=1)) == run(SamplingParams(0.0))

@@ -56,3 +56,70 @@ class ContextIndex:
                 start = occ[-1] + 1
                 return Match(chain=toks[start : start + max_tokens], ngram=n, occurrences=occ)
         return NO_MATCH
+
+
+@dataclass
+class SpineMatch:
+    """A context chain with the paper's confidence (GOOSE)."""
+
+    chain: list[int]
+    confidence: float
+    ngram: int
+    consensus: bool  # >= 2 earlier occurrences of the matched n-gram, all followed by the same token
+
+
+NO_SPINE = SpineMatch(chain=[], confidence=0.0, ngram=0, consensus=False)
+
+
+def match_confidence(chain_len: int, consensus: bool, long_match: int = 8) -> float:
+    """1.0 on consensus; for a chain of L >= 8 tokens min(0.9, 0.7 + 0.2 (L - 8) / 12); else 0.6 L / 8."""
+    if chain_len <= 0:
+        return 0.0
+    if consensus:
+        return 1.0
+    if chain_len >= long_match:
+        return min(0.9, 0.7 + 0.2 * (chain_len - long_match) / 12)
+    return 0.6 * chain_len / long_match
+
+
+class SpineMatcher(ContextIndex):
+    """GOOSE's context matcher: n-gram lengths (5, 4, 3) longest first, a chain of up to ``chain`` tokens,
+    extended up to ``chain_max`` by re-matching from the chain's end while confidence > ``extend_above``."""
+
+    def __init__(self, ngram_sizes=(5, 4, 3), chain: int = 20, chain_max: int = 100, extend_above: float = 0.6):
+        super().__init__(ngram_sizes)
+        self.chain_len = chain
+        self.chain_max = chain_max
+        self.extend_above = extend_above
+
+    def spine(self, extend: bool = True) -> SpineMatch:
+        toks = self.tokens
+        m = self.match(self.chain_len)
+        if not m.chain:
+            return NO_SPINE
+        follow = {toks[h + 1] for h in m.occurrences if h + 1 < len(toks)}
+        consensus = len(m.occurrences) >= 2 and len(follow) == 1
+        conf = match_confidence(len(m.chain), consensus)
+        chain = list(m.chain)
+        if extend and conf > self.extend_above:
+            self._extend(chain)
+        return SpineMatch(chain=chain, confidence=conf, ngram=m.ngram, consensus=consensus)
+
+    def _extend(self, chain: list[int]) -> None:
+        """Re-match the n-gram ending the chain against the real text and append what followed it."""
+        toks = self.tokens
+        while len(chain) < self.chain_max:
+            seq = toks[-self.sizes[0]:] + chain  # the text as it would read after the chain
+            grown = False
+            for n in self.sizes:
+                hits = self._index[n].get(tuple(seq[-n:]))
+                if not hits:
+                    continue
+                start = hits[-1] + 1
+                more = toks[start : start + self.chain_max - len(chain)]
+                if more:
+                    chain.extend(more)
+                    grown = True
+                break
+            if not grown:
+                return

@@ -1,0 +1,208 @@
+"""What `tr`, `iso` and `goose` share: the adjacency table (harvested from every forward pass), the context
+matcher, per-source acceptance counters, and ``budget=auto`` — pick, from a candidate tree, the nodes whose
+estimated path probability pays for their measured verification cost (see ``drafting.budget``).
+
+Subclasses implement ``candidates(context)``, returning a ``Candidates``: a tree plus, per node, an
+acceptance-statistics key and a prior acceptance probability, and the order in which nodes would be added.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..budget import AcceptanceStats, best_first, best_prefix
+from ..sources.adjacency import AdjacencyCacheError, AdjacencyTable
+from ..sources.context import SpineMatcher
+from ..tree import Draft, DraftTree
+from .base import Option, Speculator, StepResult
+
+_SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
+
+
+def score_bucket(score: float) -> int:
+    return bisect_right(_SCORE_EDGES, score)
+
+
+@dataclass
+class Candidates:
+    """A candidate tree with what ``budget=auto`` needs to rank its nodes."""
+
+    tree: DraftTree
+    keys: list = field(default_factory=lambda: [None])  # acceptance-statistics key per node (root: None)
+    priors: list = field(default_factory=lambda: [1.0])  # prior acceptance probability per node given its parent
+    best_first: bool = True  # False: keep the insertion order (isotropic trees stay balanced)
+    info: dict = field(default_factory=dict)
+
+    def add(self, token: int, parent: int, source: str, key, prior: float) -> int | None:
+        """Add a node; None when the parent already has a child with that token."""
+        n = len(self.tree)
+        idx = self.tree.add(token, parent, source)
+        if idx < n:
+            return None
+        self.keys.append(key)
+        self.priors.append(prior)
+        return idx
+
+
+def cache_option() -> Option:
+    return Option("", "adjacency table file: loaded when present, saved after each answer (warm starts)", str)
+
+
+def budget_option(paper: str) -> Option:
+    return Option(
+        "auto", f"draft nodes per step: a number ({paper}) or auto = as many as pay on this hardware's "
+        "measured verify cost curve, ranked by online acceptance estimates", int, ("auto",),
+    )
+
+
+class TreeSpeculator(Speculator):
+    """Base of the adjacency-table tree speculators (no ``name``: not registered itself)."""
+
+    table_k = 10
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        s = self.settings
+        self.table = AdjacencyTable(k=s.get("k_table", self.table_k), bigram=s.get("bigram", True))
+        self.matcher = SpineMatcher()
+        self.acceptance = AcceptanceStats()
+        self.curve = None  # verify cost curve, set by bind() when budget=auto
+        self.overhead_s = 0.0  # EMA of the speculator's own time per step (propose + observe)
+        self.counts: Counter = Counter()
+        self._keys: list | None = None  # per node of the last proposed draft
+        self._last: Draft | None = None
+        self._before_root = -1
+        self._t_propose = 0.0
+        self._cache_path: Path | None = None
+        if s.get("cache"):
+            self.use_cache(s["cache"])
+
+    # -- adjacency cache ---------------------------------------------------------------------------------
+    def use_cache(self, path) -> None:
+        """Load the adjacency table from ``path`` when it exists, and save it there after each answer."""
+        from . import SpecError
+
+        path = Path(path).expanduser()
+        if path.exists():
+            try:
+                self.table.load(path)
+            except AdjacencyCacheError as exc:
+                raise SpecError(str(exc)) from None
+        if self._cache_path is None:
+            atexit.register(self.save_cache)
+        self._cache_path = path
+
+    def save_cache(self) -> None:
+        if self._cache_path is not None and self.table.vocab:
+            try:
+                self.table.save(self._cache_path)
+            except OSError:
+                pass  # a warm start is a convenience; never fail a run over it
+
+    # -- interface ---------------------------------------------------------------------------------------
+    @property
+    def auto(self) -> bool:
+        return self.settings.get("budget") == "auto"
+
+    def bind(self, lm) -> None:
+        if self.auto and self.curve is None:
+            from ..budget import is_sane, monotone
+            from ..cost import cost_curve
+
+            curve = cost_curve(lm)
+            if not is_sane(curve):  # measured while the machine was busy: measure again
+                curve = cost_curve(lm, refresh=True)
+            self.curve = monotone(curve)
+
+    def reset(self, context: list[int]) -> None:
+        self.save_cache()
+        self.matcher.reset(context)
+        self._last = None
+
+    def observe_prefill(self, ids: list[int], logits) -> None:
+        if self.settings.get("harvest", True):
+            self.table.harvest_prefill(ids, logits)
+
+    def candidates(self, context: list[int]) -> Candidates:
+        raise NotImplementedError
+
+    def propose(self, context: list[int]) -> Draft:
+        t0 = time.perf_counter()
+        self._before_root = context[-2] if len(context) > 1 else -1
+        cand = self.candidates(context)
+        tree, keys = cand.tree, cand.keys
+        info = dict(cand.info)
+        if self.auto and self.curve is not None and len(tree) > 1:
+            tree, keys = self._select(cand)
+            info["budget"] = len(tree) - 1
+        info["route"] = route_of(tree)
+        draft = Draft(tree=tree, info=info)
+        self._last, self._keys = draft, keys
+        self._t_propose = time.perf_counter() - t0
+        return draft
+
+    def _select(self, cand: Candidates) -> tuple[DraftTree, list]:
+        tree = cand.tree
+        probs = [1.0] * len(tree)
+        for i in range(1, len(tree)):
+            q = self.acceptance.estimate(cand.keys[i], cand.priors[i])
+            probs[i] = probs[tree.parents[i]] * q
+        order = best_first(tree.parents, probs) if cand.best_first else list(range(1, len(tree)))
+        n = best_prefix([probs[i] for i in order], self.curve, self.overhead_s)
+        keep = sorted(order[:n])
+        out = DraftTree(tree.tokens[0])
+        remap = {0: 0}
+        keys = [None]
+        for i in keep:
+            remap[i] = out.add(tree.tokens[i], remap[tree.parents[i]], tree.sources[i])
+            keys.append(cand.keys[i])
+        return out, keys
+
+    def observe(self, draft: Draft, result: StepResult) -> None:
+        t0 = time.perf_counter()
+        tree = draft.tree
+        self.table.harvest_tree(tree, self._before_root, result.logits[: len(tree)])
+        self.matcher.extend(result.emitted)
+        path = result.accepted
+        on_path = set(path)
+        sources = tree.sources
+        for i in range(1, len(tree)):
+            self.counts["offered:" + sources[i]] += 1
+        for i in path[1:]:
+            self.counts["accepted:" + sources[i]] += 1
+        if draft is self._last and self._keys is not None:
+            keys, parents = self._keys, tree.parents
+            for i in range(1, len(tree)):
+                if parents[i] in on_path:  # the node was actually tested against the target
+                    self.acceptance.update(keys[i], i in on_path)
+        self.counts["route:" + draft.info.get("route", "?")] += 1
+        self.counts["steps"] += 1
+        self.after_observe(draft, result)
+        spent = self._t_propose + time.perf_counter() - t0
+        self.overhead_s = spent if self.counts["steps"] == 1 else 0.9 * self.overhead_s + 0.1 * spent
+
+    def after_observe(self, draft: Draft, result: StepResult) -> None:
+        """Subclass hook (EMA updates, extra step facts)."""
+
+    def stats(self) -> dict:
+        out = dict(self.counts)
+        out["table_rows"] = len(self.table)
+        out["overhead_ms"] = round(1000 * self.overhead_s, 3)
+        return out
+
+
+def route_of(tree: DraftTree) -> str:
+    from ..tree import CONTEXT, SPINE
+
+    if len(tree) == 1:
+        return "single"
+    chainish = {SPINE, CONTEXT}
+    spine = sum(1 for s in tree.sources[1:] if s in chainish)
+    if spine == len(tree) - 1:
+        return "chain"
+    return "spine" if spine else "branch"

@@ -1,0 +1,201 @@
+"""Tree builders of `goose`, `iso` and `tr` (shape properties on a hand-filled table), the budget split, and
+``budget=auto`` choosing small trees on steep cost curves and large ones on flat curves."""
+
+import pytest
+import torch
+
+from drafting.budget import AcceptanceStats, best_first, best_prefix, is_sane, monotone
+from drafting.cost import CostCurve
+from drafting.sources.adjacency import AdjacencyTable
+from drafting.speculators import create
+from drafting.speculators.goose import build_spine_tree, plan_budget
+from drafting.speculators.iso import build_kary_tree
+from drafting.speculators.tr import LEVELS, TEMPLATE, build_template_tree
+from drafting.speculators.tree_base import Candidates
+from drafting.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
+
+V = 64
+STEEP = CostCurve(sizes=[1, 2, 4, 8, 16, 32, 64, 128], seconds=[0.038, 0.061, 0.062, 0.064, 0.077, 0.105, 0.160, 0.273])
+FLAT = CostCurve(sizes=[1, 2, 4, 8, 16, 32, 64, 128], seconds=[0.020, 0.0201, 0.0202, 0.0203, 0.0205, 0.021, 0.022, 0.030])
+
+
+@pytest.fixture(scope="module")
+def table():
+    """Every token t is followed by t+1 .. t+10 (mod V) with falling probabilities."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(V, V, generator=gen) - 20
+    for t in range(V):
+        for r in range(10):
+            logits[t, (t + 1 + r) % V] = 5.0 - 0.6 * r
+    tab = AdjacencyTable(k=10)
+    tab.harvest(list(range(V)), [-1] * V, logits)
+    return tab
+
+
+def check_shape(tree: DraftTree):
+    for i in range(1, len(tree)):
+        assert tree.parents[i] < i  # parents before children
+    seen = set()
+    for i in range(1, len(tree)):
+        key = (tree.parents[i], tree.tokens[i])
+        assert key not in seen  # no duplicate siblings
+        seen.add(key)
+
+
+def branch_levels(tree: DraftTree) -> dict[int, int]:
+    """Level of each branch node below the spine node or root it hangs from."""
+    level = {}
+    for i in range(1, len(tree)):
+        p = tree.parents[i]
+        level[i] = level.get(p, 0) + 1 if tree.sources[i] != SPINE else 0
+    return level
+
+
+@pytest.mark.parametrize("conf, ema, chain_len", [(0.0, 0.5, 0), (0.45, 0.1, 6), (0.8, 0.3, 20), (0.9, 0.6, 40)])
+def test_spine_tree_properties(table, conf, ema, chain_len):
+    chain = [(40 + 7 * i) % V for i in range(chain_len)]
+    plan = plan_budget(chain_len, conf, ema)
+    cand = build_spine_tree(3, 2, chain, conf, plan, table)
+    tree = cand.tree
+    check_shape(tree)
+    assert len(tree) - 1 <= plan.budget == 60 + int(40 * conf)
+    assert len(cand.keys) == len(cand.priors) == len(tree)
+    # the spine is laid first, as one path, and holds the chain's prefix
+    spine = [i for i in range(1, len(tree)) if tree.sources[i] == SPINE]
+    assert spine == list(range(1, plan.spine + 1))
+    assert [tree.tokens[i] for i in spine] == chain[: plan.spine]
+    # widths fall with depth: a node at branch level L has at most max(1, k // (L + 1)) children
+    kids = tree.children()
+    levels = branch_levels(tree)
+    for i in range(len(tree)):
+        lvl = 0 if i == 0 or tree.sources[i] == SPINE else levels[i]
+        branch_kids = [c for c in kids[i] if tree.sources[c] != SPINE]
+        assert len(branch_kids) <= max(1, 10 // (lvl + 1))
+        assert lvl <= 6
+    if chain_len:
+        assert any(tree.sources[i] == SPINE_BRANCH for i in range(len(tree)))
+    assert any(tree.sources[i] == ROOT_ALT for i in range(len(tree)))
+
+
+def test_budget_split_follows_the_paper():
+    p = plan_budget(20, 0.0, 0.5)  # ratio 0.5: but no confidence means no chain... the rule still holds
+    assert (p.budget, p.spine, p.branch, p.root, p.bypass) == (60, 20, 20, 20, False)
+    p = plan_budget(30, 0.75, 0.1)  # budget 90, ratio 0.15 + 0.75 * 0.85 = 0.7875 -> 70 -> chain 30
+    assert (p.budget, p.spine, p.branch, p.root) == (90, 30, 30, 30)
+    p = plan_budget(40, 0.5, 0.3)  # budget 80, ratio 0.3 + 0.5 * 0.7 = 0.65 -> 52 -> chain 40
+    assert (p.budget, p.spine, p.branch, p.root) == (80, 40, 20, 20)
+    p = plan_budget(100, 1.0, 0.5)  # full confidence: bypass, the whole budget on the spine
+    assert (p.budget, p.spine, p.branch, p.root, p.bypass) == (100, 100, 0, 0, True)
+    p = plan_budget(100, 1.0, 0.5, use_confidence=False)  # ablation: fixed budget and ratio, no bypass
+    assert (p.budget, p.spine, p.bypass) == (60, 30, False)
+    p = plan_budget(20, 0.6, 0.5, rho=0.0)  # no spine branches
+    assert p.branch == 0 and p.root == p.budget - p.spine
+    assert plan_budget(0, 0.0, 0.5).root == 60
+
+
+def test_spine_branches_favour_early_spine_positions(table):
+    chain = [(40 + 7 * i) % V for i in range(12)]
+    plan = plan_budget(12, 0.8, 0.5)
+    tree = build_spine_tree(3, 2, chain, 0.8, plan, table).tree
+    under = [0] * 13  # spine-branch nodes per spine position
+    for i in range(1, len(tree)):
+        if tree.sources[i] == SPINE_BRANCH:
+            a = i
+            while tree.sources[a] != SPINE:
+                a = tree.parents[a]
+            under[tree.depths[a]] += 1
+    assert under[1] >= under[2] >= under[4] >= under[12] and under[1] > under[12]
+
+
+def test_kary_tree_is_balanced(table):
+    chain = [50, 51, 52, 53, 54, 55]
+    for k in (3, 5):
+        cand = build_kary_tree(3, 2, chain, 0.45, 78, table, k=k)
+        tree = cand.tree
+        check_shape(tree)
+        assert len(tree) - 1 == 78 and not cand.best_first
+        assert all(len(c) <= k for c in tree.children())
+        assert tree.depths == sorted(tree.depths)  # filled level by level
+        full = [d for d in range(1, max(tree.depths)) if tree.depths.count(d) != k**d]
+        assert not full  # every level above the last is complete
+        assert [tree.tokens[i] for i in tree.path_to(max(range(len(tree)), key=lambda i: (tree.sources[i] == "context", tree.depths[i])))][1:] == chain[: max(d for d, s in zip(tree.depths, tree.sources) if s == "context")]
+
+
+def test_tr_template_and_fill(table):
+    assert len(TEMPLATE) == 80
+    depth = []
+    for p, _ in TEMPLATE:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    assert tuple(depth.count(d) for d in range(1, 7)) == LEVELS
+    # higher-ranked candidates get more children
+    kids = [sum(1 for p, _ in TEMPLATE if p == s) for s in range(8)]
+    assert kids == sorted(kids, reverse=True) and kids[0] > kids[7]
+    tree = build_template_tree(3, 2, table, 80).tree
+    check_shape(tree)
+    assert len(tree) == 81 and max(tree.depths) == 6
+    assert len(build_template_tree(3, 2, table, 30).tree) == 31
+
+
+def test_best_prefix_and_order():
+    probs = [0.9, 0.8, 0.5, 0.1, 0.05]
+    assert best_prefix([], STEEP) == 0
+    assert best_prefix([0.3], STEEP) == 0  # 0.3 extra tokens do not pay for the 1 -> 2 row jump
+    assert best_prefix(probs, FLAT) == 5
+    parents = [-1, 0, 1, 0, 3, 2]
+    order = best_first(parents, [1.0, 0.2, 0.9, 0.6, 0.5, 0.85])
+    assert order == [3, 4, 1, 2, 5]  # node 2 (0.9) waits for its parent 1
+    stats = AcceptanceStats(strength=4)
+    assert stats.estimate("a", 0.5) == 0.5
+    for _ in range(16):
+        stats.update("a", True)
+    assert stats.estimate("a", 0.5) == pytest.approx((16 + 2) / 20)
+
+
+def test_noisy_cost_curves_are_repaired():
+    spiky = CostCurve(sizes=[1, 2, 4, 8], seconds=[0.3, 3.7, 0.06, 2.4])
+    assert not is_sane(spiky) and is_sane(STEEP)
+    fixed = monotone(spiky)
+    assert fixed.seconds == sorted(fixed.seconds) and fixed.seconds[-1] <= 0.12
+
+
+def _auto_draft(spec: str, curve: CostCurve, table: AdjacencyTable, context: list[int]):
+    s = create(spec)
+    s.table = table
+    s.curve = curve
+    s.reset(context)
+    return s.propose(context)
+
+
+@pytest.mark.parametrize("name", ["goose", "iso", "tr"])
+def test_auto_budget_small_on_steep_and_large_on_flat_curves(table, name):
+    context = [5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]  # a repetitive text: a context chain exists
+    steep = _auto_draft(name, STEEP, table, context)
+    flat = _auto_draft(name, FLAT, table, context)
+    check_shape(steep.tree)
+    check_shape(flat.tree)
+    assert steep.info["budget"] == len(steep.tree) - 1
+    assert len(steep.tree) - 1 <= 16
+    assert len(flat.tree) - 1 >= 30
+    assert len(flat.tree) > 2 * len(steep.tree)
+
+
+def test_goose_spine_is_chosen_first_under_auto(table):
+    context = [5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    d = _auto_draft("goose", STEEP, table, context)
+    assert d.tree.sources[1] == SPINE and d.tree.tokens[1] == 4
+
+
+def test_goose_info_and_options():
+    s = create("goose:budget=60,rho=0,bigram=off,confidence=off,harvest=off")
+    assert s.spec() == "goose:budget=60,rho=0.0,bigram=off,confidence=off,harvest=off"
+    for name in ("goose", "iso", "tr"):
+        spec = create(name)
+        assert spec.summary_line and all(o.help for o in spec.options.values())
+        assert spec.settings["budget"] == "auto"
+
+
+def test_candidates_skip_duplicate_tokens():
+    cand = Candidates(tree=DraftTree(1))
+    assert cand.add(2, 0, SPINE, "k", 0.5) == 1
+    assert cand.add(2, 0, ROOT_ALT, "k", 0.5) is None
+    assert len(cand.keys) == 2

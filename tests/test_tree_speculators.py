@@ -1,0 +1,70 @@
+"""`tr`, `iso` and `goose` through the real decode loop: mechanics on the tiny model, losslessness against
+`ar` on the real prompts with the embedded model (every ablation switch and both budget modes covered)."""
+
+import pytest
+
+from drafting.decode import Decoder
+from drafting.speculators import SpecError, create
+from drafting.tree import SPINE, SPINE_BRANCH
+
+PROMPT = [1, 5, 9, 13, 5, 9, 13, 17, 21, 5, 9, 13, 17, 21, 25, 5, 9, 13]
+
+
+@pytest.mark.parametrize(
+    "spec", ["tr", "tr:budget=80", "iso", "iso:k=5,budget=60", "goose", "goose:budget=60",
+             "goose:budget=60,rho=0,bigram=off,confidence=off,harvest=off"],
+)
+def test_tiny_model_matches_ar(tiny_lm, spec):
+    want = Decoder(tiny_lm, create("ar")).generate(PROMPT, 40).output_ids
+    dec = Decoder(tiny_lm, create(spec))
+    steps = 0
+    for _ in range(2):  # the second run starts with the table the first one filled (hot start)
+        res = dec.generate(PROMPT, 40)
+        assert res.output_ids == want
+        steps += res.steps
+    info = res.records[0].info
+    assert isinstance(info["route"], str) and isinstance(info["budget"], int)
+    stats = dec.speculator.stats()
+    assert stats["steps"] == steps and stats["table_rows"] > 0
+
+
+def test_goose_step_facts(tiny_lm):
+    dec = Decoder(tiny_lm, create("goose:budget=60"))
+    res = dec.generate(PROMPT, 30)
+    for rec in res.records:
+        info = rec.info
+        assert {"route", "budget", "confidence", "ema", "bypass", "spine_continuation"} <= set(info)
+        assert info["route"] in ("spine", "branch", "chain", "single")
+        assert info["bypass"] in (0, 1) and 0.0 <= info["confidence"] <= 1.0
+        accepted_branch = sum(1 for i in rec.accepted if rec.sources[i] == SPINE_BRANCH)
+        assert info["spine_continuation"] == accepted_branch
+        if info["bypass"]:
+            assert set(rec.sources[1:]) <= {SPINE}
+
+
+def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
+    path = tmp_path / "adj.npz"
+    first = create(f"goose:cache={path}")
+    Decoder(tiny_lm, first).generate(PROMPT, 20)
+    first.save_cache()
+    assert path.exists()
+    second = create(f"goose:cache={path}")
+    assert len(second.table) == len(first.table) > 0
+    path.write_text("garbage")
+    with pytest.raises(SpecError):
+        create(f"goose:cache={path}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "tr",  # budget=auto (the static template itself runs on the tiny model above)
+        "iso:k=5,budget=60",
+        "goose",  # budget=auto
+        "goose:budget=60,rho=0,bigram=off",  # paper budget; the no-branches and no-bigram ablations
+        "goose:confidence=off,harvest=off",  # the no-confidence and no-prefill-harvest ablations
+    ],
+)
+def test_tree_speculators_match_ar(assert_lossless, spec):
+    assert_lossless(spec)
