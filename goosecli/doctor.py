@@ -49,6 +49,8 @@ def doctor(
         sizes.append(max_rows)
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False)
+    if not out.is_terminal:  # logs and pipes: do not squeeze the table into 80 columns
+        out.width = max(out.width, 140)
     threads = torch.get_num_threads()
     err.print(f"goose doctor: {dev.type}, {threads} threads; measuring {', '.join(m.label for m in mode_list)}")
     profiles = []
