@@ -22,7 +22,7 @@ import torch
 
 from .decode import ContextError, Decoder, GenerationResult
 from .hf_pld import NAME as HF_PLD, HFPromptLookup
-from .llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
+from .llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppError, LlamaCppRunner
 from .model import LoadedModel
 from .prompt_file import Prompt
 from .prompting import decode, encode
@@ -199,7 +199,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         ids = encode(lm.tokenizer, messages, raw=settings.raw)
         try:
             result = contender.generate(ids, settings.max_new_tokens)
-        except ContextError as exc:
+        except (ContextError, LlamaCppError) as exc:
             notes.append(f"turn {k + 1} skipped: {exc}")
             break
         calls = timer.take()

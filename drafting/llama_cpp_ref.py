@@ -21,6 +21,7 @@ PLAIN = "llama.cpp"
 PLD = "llama.cpp-pld"
 NAMES = (PLAIN, PLD)
 LOOKUP_TOKENS = 10
+CONTEXT = 4096  # llama.cpp's window here; prompt lookup keeps logits for every position (4096 x vocab floats)
 INSTALL = "pip install 'goose-specdec[llamacpp]'"
 
 
@@ -62,8 +63,10 @@ class LlamaCppRunner:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS) if pld else None
         try:
             self.llm = Llama(
-                model_path=str(path), n_ctx=min(lm.max_context, 8192), n_threads=self.threads,
+                model_path=str(path), n_ctx=min(lm.max_context, CONTEXT), n_threads=self.threads,
                 n_threads_batch=self.threads, draft_model=draft, verbose=False,
+                # with a draft model it reads logits of every position, but sizes its buffer by logits_all
+                logits_all=pld,
             )
         except Exception as exc:
             raise LlamaCppError(f"llama.cpp could not load {str(path)!r}: {exc}.") from None
@@ -94,14 +97,18 @@ class LlamaCppRunner:
         stop = "context" if limit < max_new_tokens else "max_new_tokens"
         t0 = time.perf_counter()
         first = 0.0
-        for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=False):
-            if not out:
-                first = time.perf_counter() - t0
-            out.append(int(tok))
-            if tok in self.eos:
-                stop = "eos"
-                break
-            if len(out) >= limit:
-                break
+        tokens = self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=False)
+        try:
+            for tok in tokens:
+                if not out:
+                    first = time.perf_counter() - t0
+                out.append(int(tok))
+                if tok in self.eos:
+                    stop = "eos"
+                    break
+                if len(out) >= limit:
+                    break
+        except Exception as exc:  # its Python layer raises plain errors; the bench notes them and goes on
+            raise LlamaCppError(f"{self.name} failed after {len(out)} tokens: {exc}") from None
         wall = time.perf_counter() - t0
         return GenerationResult(prompt_ids=list(prompt_ids), output_ids=out, stop_reason=stop, prefill_s=first, wall_s=wall)
