@@ -71,3 +71,23 @@ def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
     assert first_divergence([1, 2, 3], [1, 2]) == 2
+
+
+def test_results_file_is_valid_after_each_run_and_resume_checks_settings(tmp_path):
+    import json
+
+    from drafting.benchmark import BenchError, ResultsFile
+
+    out = tmp_path / "r.json"
+    meta = {"model": "m", "max_new_tokens": 8, "sampling": {"temperature": 0.0}, "raw": False, "prompt_file": "p"}
+    rf = ResultsFile(out, meta, resume=False)
+    rf.add(run("a", "t", "ar", 8, 1.0, 8, output_ids=[1, 2]))
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and len(doc["runs"]) == 1 and doc["summary"]["ar"]["prompts"] == 1
+    again = ResultsFile(out, meta, resume=True)
+    assert again.done() == {("a", "ar")} and again.reference("a") == [1, 2]
+    with pytest.raises(BenchError, match="max_new_tokens"):
+        ResultsFile(out, dict(meta, max_new_tokens=16), resume=True)
+    out.write_text("{not json")
+    with pytest.raises(BenchError, match="not a goose bench JSON"):
+        ResultsFile(out, meta, resume=True)
