@@ -8,12 +8,16 @@ Because the measured curve is used, the same rule picks small trees on a CPU and
 
 ``AcceptanceStats`` keeps the online estimates the probabilities come from: a Beta posterior per key (the
 speculator decides what a key is: source, depth, score bucket, ...).
+
+For drafters that cannot predict their acceptance (in-model drafting: Lookahead, PTD), ``OnlineBudget`` learns
+tokens per step for a few candidate row counts from the steps actually run and falls back to plain steps when
+no size pays; ``best_size`` is the same rule over a model of expected tokens per size.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 
 def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max_nodes: int | None = None) -> int:
@@ -72,12 +76,13 @@ class AcceptanceStats:
         return {str(k): (round(a / t, 3), int(t)) for k, (a, t) in self._counts.items() if t}
 
 
-def is_sane(curve, slack: float = 1.3) -> bool:
-    """A verify cost curve measured on a busy machine can hold spikes; more rows never cost less."""
+def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
+    """A verify cost curve measured on a busy machine can hold spikes; more rows never cost less (beyond
+    ``slack`` and timer noise)."""
     t, n = curve.seconds, curve.sizes
-    rising = all(t[i] <= slack * min(t[i + 1 :]) for i in range(len(t) - 1))
+    rising = all(t[i] <= slack * min(t[i + 1 :]) + noise_s for i in range(len(t) - 1))
     # nor do they cost more than in proportion to the rows (the last point has no later one to check it)
-    return rising and all(t[i + 1] <= slack * t[i] * n[i + 1] / n[i] for i in range(len(t) - 1))
+    return rising and all(t[i + 1] <= slack * t[i] * n[i + 1] / n[i] + noise_s for i in range(len(t) - 1))
 
 
 def monotone(curve):
@@ -91,3 +96,84 @@ def monotone(curve):
     for i in range(len(t) - 2, -1, -1):
         t[i] = min(t[i], t[i + 1])
     return CostCurve(sizes=list(curve.sizes), seconds=t)
+
+
+def sane_curve(lm):
+    """The model's cached verify cost curve, measured again if it looks taken on a busy machine, then made
+    monotone (shared by every speculator with an ``auto`` budget)."""
+    from .cost import cost_curve
+
+    curve = cost_curve(lm)
+    if not is_sane(curve):
+        curve = cost_curve(lm, refresh=True)
+    return monotone(curve)
+
+
+def best_size(curve, expected_tokens: Callable[[int], float], sizes: Iterable[int]) -> int:
+    """The size with the most expected tokens per second (ties go to the smaller size)."""
+    best, best_rate = 1, 1.0 / curve.time(1)
+    for n in sorted(set(sizes)):
+        rate = expected_tokens(n) / curve.time(n)
+        if rate > best_rate * (1 + 1e-9):
+            best, best_rate = n, rate
+    return best
+
+
+class OnlineBudget:
+    """Picks a row count per step among ``sizes`` from measured tokens per step.
+
+    Each size keeps an EMA of the tokens its steps produced. The size with the best EMA per second is used;
+    every other size is probed again after a number of steps that grows with its cost relative to the best, so
+    a cheap probe that nearly pays comes back often and an expensive or hopeless one rarely. Size 1 (plain steps) is always a candidate and
+    is known exactly: one token per step.
+    """
+
+    def __init__(self, curve, sizes: Iterable[int], alpha: float = 0.3, probe_every: int = 16):
+        self.curve = curve
+        self.sizes = sorted({int(n) for n in sizes if n >= 2})
+        self.alpha = alpha
+        self.probe_every = probe_every
+        self.ema: dict[int, float] = {}
+        self.last_tried: dict[int, int] = {}
+        self.clock = 0
+
+    def rate(self, n: int) -> float:
+        """Measured tokens per second of size n (None where never tried)."""
+        if n == 1:
+            return 1.0 / self.curve.time(1)
+        if n not in self.ema:
+            return None
+        return self.ema[n] / self.curve.time(n)
+
+    def best(self) -> int:
+        rates = {n: self.rate(n) for n in [1, *self.sizes]}
+        return max((n for n in rates if rates[n] is not None), key=lambda n: (rates[n], -n))
+
+    def choose(self) -> int:
+        """The size for the next step: an untried size first (smallest first), else a probe that is due,
+        else the best."""
+        self.clock += 1
+        for n in self.sizes:
+            if n not in self.ema:
+                return n
+        best = self.best()
+        best_rate = self.rate(best)
+        due = [
+            n
+            for n in self.sizes
+            if n != best
+            and self.clock - self.last_tried.get(n, 0)
+            >= self.probe_every * self.curve.relative(n) * best_rate / self.rate(n)
+        ]
+        return min(due, key=lambda n: self.last_tried.get(n, 0)) if due else best
+
+    def update(self, n: int, tokens: int) -> None:
+        """A step of size n produced ``tokens`` tokens."""
+        if n < 2:
+            return
+        self.last_tried[n] = self.clock
+        old = self.ema.get(n)
+        self.ema[n] = float(tokens) if old is None else old + self.alpha * (tokens - old)
+
+    def state(self) -> dict:
+        return {f"ema_{n}": round(v, 3) for n, v in sorted(self.ema.items())}

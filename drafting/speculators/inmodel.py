@@ -1,0 +1,78 @@
+"""What Lookahead and PTD share: a row budget per forward (fixed, or ``auto`` from the measured verify cost
+curve and the tokens steps actually produced), EOS ids, and the argmaxes of the draft rows.
+
+``rows`` counts every row of the forward (root + guess tree + draft rows). With ``auto`` the budget is chosen
+per step among a few sizes by ``drafting.budget.OnlineBudget``; where no size beats plain decoding the step is
+plain (one row) and the draft state waits, with an occasional probe.
+"""
+
+from __future__ import annotations
+
+from ..budget import OnlineBudget
+from ..tree import Draft, DraftTree
+from .base import Option, Speculator, StepResult
+
+AUTO_SIZES = (8, 16)  # past 16 rows the cost curve climbs faster than in-model drafts gain here
+
+ROWS_OPTION = Option(
+    "auto",
+    "rows per forward, root + guess tree + draft rows (auto: the size that pays on the measured cost curve, "
+    "down to plain steps)",
+    int,
+    ("auto",),
+)
+
+
+class InModelDrafter(Speculator):
+    """Base for speculators whose drafts are argmaxes of extra rows in the verification pass."""
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        rows = self.settings["rows"]
+        if rows != "auto" and rows < 1:
+            from . import SpecError
+
+            raise SpecError(f"{self.name} needs rows >= 1 (1 = plain steps) or rows=auto.")
+        self.eos: set[int] = set()
+        self.budget: OnlineBudget | None = None
+        self.counts = {"steps": 0, "plain_steps": 0, "draft_rows": 0, "guess_nodes": 0, "accepted": 0}
+
+    def bind(self, lm) -> None:
+        self.eos = set(lm.eos_ids)
+        if self.settings["rows"] == "auto" and self.budget is None:
+            from ..budget import sane_curve
+
+            self.budget = OnlineBudget(sane_curve(lm), AUTO_SIZES)
+
+    def step_rows(self) -> int:
+        """The row budget of the next step."""
+        rows = self.settings["rows"]
+        if rows != "auto":
+            return rows
+        if self.budget is None:  # never bound to a model: behave like the middle size
+            return AUTO_SIZES[0]
+        return self.budget.choose()
+
+    def plain(self, context: list[int], rows: int) -> Draft:
+        self.counts["plain_steps"] += 1
+        return Draft(tree=DraftTree(context[-1]), info={"route": "plain", "budget": rows})
+
+    def learn_budget(self, draft: Draft, result: StepResult) -> None:
+        """Credit the tokens of this step to the row budget that produced them."""
+        self.counts["steps"] += 1
+        self.counts["accepted"] += len(result.accepted) - 1
+        if self.budget is not None and draft.info.get("route") != "plain" and not draft.info.get("trimmed"):
+            self.budget.update(draft.info.get("budget", 1), len(result.emitted))
+
+    @staticmethod
+    def row_argmax(draft: Draft, result: StepResult) -> list[int]:
+        """Argmax token of every draft row (one host sync); empty when the rows were dropped."""
+        if not draft.rows:
+            return []
+        return result.logits[len(draft.tree) :].argmax(-1).tolist()
+
+    def stats(self) -> dict:
+        out = dict(self.counts)
+        if self.budget is not None:
+            out.update(self.budget.state())
+        return out
