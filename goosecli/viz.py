@@ -17,8 +17,13 @@ from .options import (
     MaxNewTokens,
     Model,
     Raw,
+    Seed,
+    Temperature,
+    TopK,
+    TopP,
     fail,
     load_or_fail,
+    sampling_or_fail,
     speculator_or_fail,
 )
 
@@ -37,6 +42,10 @@ def viz(
     device_map: DeviceMap = None,
     raw: Raw = False,
     max_new_tokens: MaxNewTokens = 64,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    seed: Seed = None,
 ) -> None:
     """Step through speculation trees: the GOOSE spine tree beside the PTD draft tree, at the same output position."""
     from drafting.trace import TraceError, read_trace
@@ -45,9 +54,10 @@ def viz(
         fail("Give trace files or --prompt, not both.")
     if prompt is None and not traces:
         fail("Give a trace file to open, or --prompt '…' to record one now.")
+    params = sampling_or_fail(temperature, top_k, top_p, seed)
     paths = list(traces or [])
     if prompt is not None:
-        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens)
+        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params)
     elif len(paths) == 1:
         paths += partner(paths[0])
 
@@ -89,12 +99,15 @@ def _header(path: Path) -> dict | None:
         return None
 
 
-def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens) -> list[Path]:
+def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params=None) -> list[Path]:
     """Decode the prompt once per speculator, recording each step with the target's top-5, into trace files."""
+    from dataclasses import asdict
+
     from rich.console import Console
 
     from drafting.decode import ContextError, Decoder
     from drafting.prompting import encode
+    from drafting.sampling import SamplingParams, make_acceptor
     from drafting.trace import TraceWriter
 
     specs = [s.strip() for s in speculators.split(",") if s.strip()]
@@ -109,9 +122,11 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
     for spec in made:
         name = spec.spec()
         path = folder / f"prompt__{name.replace(':', '_').replace(',', '_')}.jsonl"
-        header = {"speculator": name, "model": lm.name, "prompt_id": "prompt", "prompt": prompt, "command": "viz"}
+        params = params or SamplingParams()
+        header = {"speculator": name, "model": lm.name, "prompt_id": "prompt", "prompt": prompt, "command": "viz",
+                  "sampling": asdict(params)}
         try:
-            decoder = Decoder(lm, spec, record_top=5)
+            decoder = Decoder(lm, spec, acceptor=make_acceptor(params), record_top=5)
             with console.status(f"recording {name} …"), TraceWriter(path, header, tokenizer=lm.tokenizer) as tw:
                 for rec in decoder.stream(ids, max_new_tokens):
                     tw.write(rec)
