@@ -22,6 +22,7 @@ import torch
 
 from .decode import ContextError, Decoder, GenerationResult
 from .hf_pld import NAME as HF_PLD, HFPromptLookup
+from .llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppError, LlamaCppRunner
 from .model import LoadedModel
 from .prompt_file import Prompt
 from .prompting import decode, encode
@@ -32,6 +33,10 @@ from .trace import StepRecord, TraceWriter
 REFERENCE = "ar"
 WARMUP_TOKENS = 8
 EMA_POINTS = 12  # length of the kept `ema` trajectory per run
+# A run differing from `ar` still counts as exact "up to ties" when its first divergence is at a position where
+# `ar`'s top two logits were at most this far apart. In bf16 or int8 a tree pass rounds differently from a
+# one-row pass (not a bug: the arithmetic differs), and such near-ties flip either way; fp32 needs no tolerance.
+TIE_MARGIN = 0.5
 
 
 class BenchError(ValueError):
@@ -61,7 +66,7 @@ def split_specs(text: str) -> list[str]:
 
 
 def known_names() -> list[str]:
-    return list(registry()) + [HF_PLD]
+    return list(registry()) + [HF_PLD, *LLAMA_CPP_NAMES]
 
 
 def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list["Contender"]:
@@ -74,9 +79,16 @@ def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list
             contender = Contender(hf=HFPromptLookup(lm, params))
         elif spec.strip().split(":")[0] == HF_PLD:
             raise SpecError(f"{HF_PLD!r} takes no options (it is transformers' generate(prompt_lookup_num_tokens=10)).")
+        elif spec.strip() in LLAMA_CPP_NAMES:
+            if not params.greedy:
+                raise SpecError(f"{spec.strip()!r} runs greedy only; drop it or use --temperature 0.")
+            contender = Contender(external=LlamaCppRunner(lm, pld=spec.strip() == LLAMA_CPP_PLD))
+        elif spec.strip().split(":")[0] in LLAMA_CPP_NAMES:
+            raise SpecError(f"{spec.strip().split(':')[0]!r} takes no options.")
         else:
             speculator = create(spec)
-            contender = Contender(decoder=Decoder(lm, speculator, acceptor=make_acceptor(params)))
+            margins = params.greedy and speculator.name == REFERENCE  # the tie test reads ar's top-2 margins
+            contender = Contender(decoder=Decoder(lm, speculator, acceptor=make_acceptor(params), record_margins=margins))
         if contender.spec not in seen:
             seen.add(contender.spec)
             out.append(contender)
@@ -89,18 +101,19 @@ class Contender:
 
     decoder: Decoder | None = None
     hf: HFPromptLookup | None = None
+    external: LlamaCppRunner | None = None  # another engine: timed beside ours, never compared token by token
 
     @property
     def spec(self) -> str:
-        return self.decoder.speculator.spec() if self.decoder else self.hf.spec()
+        return self.decoder.speculator.spec() if self.decoder else (self.hf or self.external).spec()
 
     def stats(self) -> dict:
-        return _flatten(self.decoder.speculator.stats() if self.decoder else self.hf.stats())
+        return _flatten(self.decoder.speculator.stats() if self.decoder else (self.hf or self.external).stats())
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GenerationResult:
         if self.decoder:
             return self.decoder.generate(prompt_ids, max_new_tokens)
-        return self.hf.generate(prompt_ids, max_new_tokens)
+        return (self.hf or self.external).generate(prompt_ids, max_new_tokens)
 
 
 # ---------------------------------------------------------------------------------------------- forward timing
@@ -147,6 +160,7 @@ class BenchSettings:
     raw: bool = False
     params: SamplingParams = field(default_factory=SamplingParams)
     trace_dir: Path | None = None
+    tie_margin: float = TIE_MARGIN
 
 
 @dataclass
@@ -165,10 +179,11 @@ def prompt_fits(lm: LoadedModel, prompt: Prompt, raw: bool) -> str | None:
 
 
 def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: BenchSettings, timer: ForwardTimer,
-            reference: list[int] | None) -> dict:
+            reference: list[int] | None, reference_margins: list[float] | None = None) -> dict:
     """Run every turn of ``prompt`` with ``contender``, feeding back its own answers; return the run dict."""
     messages: list[dict] = []
     output: list[int] = []
+    margins: list[float] = []
     records: list[StepRecord] = []
     wall = prefill = draft = verify = 0.0
     steps = 0
@@ -184,7 +199,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         ids = encode(lm.tokenizer, messages, raw=settings.raw)
         try:
             result = contender.generate(ids, settings.max_new_tokens)
-        except ContextError as exc:
+        except (ContextError, LlamaCppError) as exc:
             notes.append(f"turn {k + 1} skipped: {exc}")
             break
         calls = timer.take()
@@ -192,6 +207,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         turn_results.append((turn, ids, result))
         prompt_tokens += len(ids)
         output += result.output_ids
+        margins += result.margins or []
         messages.append({"role": "assistant", "content": decode(lm.tokenizer, result.output_ids, lm.eos_ids)})
         wall += result.wall_s
         stops.append(result.stop_reason)
@@ -201,6 +217,8 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
             verify += result.verify_s
             steps += result.steps
             records += result.records
+        elif contender.external:  # no torch forwards to time: its own first-token time is the prefill
+            prefill += result.prefill_s
         else:  # hf-pld: its first forward is the prefill, and it already yields a token
             prefill += calls[0] if calls else 0.0
             steps += len(calls)
@@ -208,6 +226,9 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
             draft += max(0.0, result.wall_s - sum(calls))
     forward_s = sum(forwards)
     stats_after = contender.stats()
+    if contender.external:
+        steps = int(stats_after.get("decode_calls", 0) - stats_before.get("decode_calls", 0)) - len(turn_results)
+        forward_s = wall  # everything it does is its own engine
     run = {
         "prompt_id": prompt.id,
         "task": prompt.task,
@@ -234,15 +255,31 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
     }
     if notes:
         run["notes"] = notes
-    if settings.params.greedy and contender.spec == REFERENCE:
+    if margins:
+        run["margins"] = [round(m, 4) for m in margins]  # ar's top-2 logit gap at every emitted token
+    if contender.external:
+        run["external"] = True
+    elif settings.params.greedy and contender.spec == REFERENCE:
         run["identical_to_ar"] = True
+        run["exact_up_to_ties"] = True
     elif settings.params.greedy and reference is not None:
         div = first_divergence(reference, output)
         run["identical_to_ar"] = div is None
         run["first_divergence"] = div
+        run.update(tie_check(div, reference_margins, settings.tie_margin))
     if settings.trace_dir is not None and contender.decoder and turn_results:
         write_trace(lm, settings, prompt, contender.spec, turn_results)
     return run
+
+
+def tie_check(div: int | None, reference_margins: list[float] | None, tolerance: float) -> dict:
+    """``exact_up_to_ties``: identical, or the first divergence is where `ar`'s top-2 logit margin was at most
+    ``tolerance``; ``divergence_margin`` is that margin (None when identical or unknown)."""
+    if div is None:
+        return {"exact_up_to_ties": True, "divergence_margin": None, "tie_margin": tolerance}
+    margin = reference_margins[div] if reference_margins is not None and div < len(reference_margins) else None
+    return {"exact_up_to_ties": margin is not None and margin <= tolerance, "divergence_margin": margin,
+            "tie_margin": tolerance}
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -350,6 +387,7 @@ def _merge_info(into: dict, info: dict) -> None:
 
 def _totals(runs: list[dict], ar_by_prompt: dict[str, dict], greedy: bool) -> dict:
     tokens = sum(r["new_tokens"] for r in runs)
+    external = any(r.get("external") for r in runs)  # another engine's rows have no identity column
     wall = sum(r["wall_s"] for r in runs)
     steps = sum(r["steps"] for r in runs)
     refs = [ar_by_prompt[r["prompt_id"]] for r in runs if r["prompt_id"] in ar_by_prompt]
@@ -361,7 +399,10 @@ def _totals(runs: list[dict], ar_by_prompt: dict[str, dict], greedy: bool) -> di
         "tokens_per_s": tps,
         "speedup": tps / ar_tps if ar_tps and len(refs) == len(runs) else None,
         "mean_accepted": tokens / steps if steps else 0.0,
-        "identical": sum(1 for r in runs if r["identical_to_ar"]) if greedy else None,
+        "identical": sum(1 for r in runs if r["identical_to_ar"]) if greedy and not external else None,
+        "exact_up_to_ties": sum(1 for r in runs if r.get("exact_up_to_ties", r["identical_to_ar"]))
+        if greedy and not external else None,
+        "divergence_margins": [r["divergence_margin"] for r in runs if r.get("divergence_margin") is not None],
         "prompts": len(runs),
         "new_tokens": tokens,
         "wall_s": wall,
@@ -436,7 +477,7 @@ class ResultsFile:
             raise BenchError(f"Cannot resume: {str(self.path)!r} is not a goose bench JSON file.") from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             raise BenchError(f"Cannot resume: {str(self.path)!r} is not a goose bench JSON file.")
-        for key in ("model", "max_new_tokens", "sampling", "raw", "prompt_file"):
+        for key in ("model", "max_new_tokens", "sampling", "raw", "prompt_file", "dtype", "weights"):
             if key in data and data[key] != self.meta.get(key):
                 raise BenchError(
                     f"Cannot resume {str(self.path)!r}: it was run with {key} = {data[key]!r}, this run has "
@@ -451,6 +492,12 @@ class ResultsFile:
         for r in self.runs:
             if r["prompt_id"] == prompt_id and r["speculator"] == REFERENCE:
                 return r["output_ids"]
+        return None
+
+    def reference_margins(self, prompt_id: str) -> list[float] | None:
+        for r in self.runs:
+            if r["prompt_id"] == prompt_id and r["speculator"] == REFERENCE:
+                return r.get("margins")
         return None
 
     def add(self, run: dict) -> None:
@@ -485,8 +532,8 @@ def warm_up(lm: LoadedModel, contenders: list[Contender], prompt: Prompt, raw: b
         ids = ids[-(lm.max_context // 2):]
     Decoder(lm, create(REFERENCE)).generate(ids, WARMUP_TOKENS)
     for c in contenders:
-        if c.hf:
-            c.hf.generate(ids, WARMUP_TOKENS)
+        if c.hf or c.external:
+            (c.hf or c.external).generate(ids, WARMUP_TOKENS)
 
 
 def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt], settings: BenchSettings,
@@ -508,7 +555,8 @@ def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt
             for c in contenders:
                 if (prompt.id, c.spec) in done:
                     continue
-                run = run_one(lm, c, prompt, settings, timer, results.reference(prompt.id))
+                run = run_one(lm, c, prompt, settings, timer, results.reference(prompt.id),
+                              results.reference_margins(prompt.id))
                 results.add(run)
                 yield run
     finally:

@@ -53,6 +53,8 @@ class CostCurve:
 
 def _key(lm: LoadedModel, prefix: int) -> str:
     raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
+    if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
+        raw += f"|{lm.weights}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

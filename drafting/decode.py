@@ -44,6 +44,7 @@ class GenerationResult:
     wall_s: float = 0.0  # prefill + all steps
     draft_s: float = 0.0
     verify_s: float = 0.0
+    margins: list[float] | None = None  # top-2 logit gap behind each output token (Decoder(record_margins=True))
 
     @property
     def steps(self) -> int:
@@ -63,6 +64,7 @@ class Decoder:
         speculator: Speculator,
         acceptor: Acceptor | None = None,
         record_top: int = 0,
+        record_margins: bool = False,
     ):
         if lm.sliding_window and speculator.name != "ar":
             # A custom 4-D mask replaces the model's sliding-window / chunked rule: outputs would silently change.
@@ -74,6 +76,7 @@ class Decoder:
         self.speculator = speculator
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
+        self.record_margins = record_margins  # how close each emitted token was to a tie (low-precision exactness)
         self.forward = Forward(lm.model, lm.dtype, lm.device)
         self.result: GenerationResult | None = None
         speculator.bind(lm)
@@ -98,7 +101,7 @@ class Decoder:
     ) -> Iterator[StepRecord]:
         self.check_fits(prompt_ids)
         lm, spec = self.lm, self.speculator
-        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[])
+        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
         cache = DynamicCache(config=lm.model.config)
         t_start = time.perf_counter()
@@ -160,6 +163,9 @@ class Decoder:
             )
             record.rows = record.info.pop("rows", None)
             result.output_ids.extend(emitted)
+            if result.margins is not None:
+                top2 = logits[path].float().topk(2, dim=-1).values  # emitted[j] is the argmax at path[j]
+                result.margins.extend((top2[:, 0] - top2[:, 1]).tolist()[: len(emitted)])
             result.records.append(record)
             result.draft_s += record.draft_s
             result.verify_s += record.verify_s

@@ -36,13 +36,22 @@ class LoadedModel:
     eos_ids: set[int] = field(default_factory=set)
     max_context: int = 2048
     sliding_window: int | None = None
+    weights: str = "float"  # weight format applied at load time (drafting.weights)
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        head = self.model.get_output_embeddings()
+        out = getattr(head, "out_features", None)  # quantised heads have no plain .weight tensor
+        return int(out if out is not None else head.weight.shape[0])
+
+    @property
+    def mode(self) -> str:
+        """dtype and weight format, e.g. ``float32`` or ``float32+int8``."""
+        dt = str(self.dtype).replace("torch.", "")
+        return dt if self.weights == "float" else f"{dt}+{self.weights}"
 
     def describe(self) -> str:
-        return f"{self.name} on {self.device.type} ({str(self.dtype).replace('torch.', '')})"
+        return f"{self.name} on {self.device.type} ({self.mode})"
 
 
 def cache_dir() -> Path:
@@ -134,11 +143,19 @@ def load_model(
     dtype: str = "auto",
     device_map: str | None = None,
     trust_remote_code: bool = False,
+    weights: str = "float",
 ) -> LoadedModel:
-    """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device."""
+    """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
+    weight format ``weights`` (``float`` or ``int8``, see drafting.weights) applied."""
+    from .weights import WeightsError, apply_weights, check_format
+
     _quiet_transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    try:
+        check_format(weights, dev, dt)
+    except WeightsError as exc:
+        raise ModelError(str(exc)) from None
     name = model or EMBEDDED_NAME
     if model is None:
         source: Path | str = embedded_gguf()
@@ -180,6 +197,7 @@ def load_model(
     if not device_map:
         net = net.to(dev)
     net.eval()
+    net = apply_weights(net, weights)
     return LoadedModel(
         model=net,
         tokenizer=tokenizer,
@@ -189,6 +207,7 @@ def load_model(
         eos_ids=_eos_ids(net, tokenizer),
         max_context=int(getattr(net.config, "max_position_embeddings", 2048) or 2048),
         sliding_window=_sliding_window(net.config),
+        weights=weights,
     )
 
 

@@ -52,7 +52,10 @@ def record_token_ids(record: StepRecord) -> set[int]:
     for node in record.top or []:
         ids.update(t for t, _ in node)
     if record.rows:
-        ids.update(t for t in record.rows.get("tokens", []) if isinstance(t, int))
+        rows = record.rows
+        ids.update(t for t in rows.get("tokens", []) if isinstance(t, int))
+        ids.update(t for t in rows.get("next") or [] if isinstance(t, int))  # each row's argmax
+        ids.update(g[1] for g in rows.get("grown") or [] if isinstance(g, (list, tuple)) and len(g) == 2)
     return ids
 
 

@@ -10,7 +10,7 @@ import typer
 
 from .main import app
 from .options import (
-    Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, Temperature, TopK, TopP, fail, load_or_fail,
+    Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, Temperature, TopK, TopP, Weights, fail, load_or_fail,
     sampling_or_fail,
 )
 
@@ -33,6 +33,11 @@ def bench(
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    weights: Weights = "float",
+    tie_margin: Annotated[
+        float,
+        typer.Option("--tie-margin", help="A run that differs from `ar` still counts as exact up to ties when ar's top-2 logit gap at the first divergence is at most this (bf16/int8 round tree passes differently).", min=0.0),
+    ] = 0.5,
     device_map: DeviceMap = None,
     raw: Raw = False,
     temperature: Temperature = 0.0,
@@ -44,6 +49,7 @@ def bench(
     from drafting.benchmark import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
     from drafting.decode import UnsupportedModelError
     from drafting.hf_pld import NAME as HF_PLD
+    from drafting.llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, LlamaCppError
     from drafting.prompt_file import PromptFileError, read_prompts
     from drafting.speculators import SpecError, parse_spec
 
@@ -60,19 +66,19 @@ def bench(
         fail("--speculators is empty; name at least one speculator, e.g. pld.")
     try:
         for spec in specs:
-            if spec.split(":")[0].strip() != HF_PLD:
+            if spec.split(":")[0].strip() not in (HF_PLD, *LLAMA_CPP_NAMES):
                 parse_spec(spec)
     except SpecError as exc:
         fail(str(exc))
     if trace is not None and trace.exists() and not trace.is_dir():
         fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
     try:
-        lm = load_or_fail(model, device, dtype, device_map)
+        lm = load_or_fail(model, device, dtype, device_map, weights)
         contenders = build_contenders(speculators, lm, params)
     except KeyboardInterrupt:
         print("goose: interrupted before any run started.", file=sys.stderr)
         raise typer.Exit(INTERRUPTED) from None
-    except (SpecError, UnsupportedModelError) as exc:
+    except (SpecError, UnsupportedModelError, LlamaCppError) as exc:
         fail(str(exc))
     except NotImplementedError:
         fail("Sampling (--temperature > 0) is not available in this build yet; use --temperature 0.")
@@ -80,6 +86,8 @@ def bench(
         "model": lm.name,
         "device": lm.device.type,
         "dtype": str(lm.dtype).replace("torch.", ""),
+        "weights": lm.weights,
+        "tie_margin": tie_margin,
         "max_new_tokens": max_new_tokens,
         "prompt_file": str(prompts),
         "raw": raw,
@@ -90,7 +98,7 @@ def bench(
         results = ResultsFile(json_out, meta, resume)
     except BenchError as exc:
         fail(str(exc))
-    settings = BenchSettings(max_new_tokens=max_new_tokens, raw=raw, params=params, trace_dir=trace)
+    settings = BenchSettings(max_new_tokens=max_new_tokens, raw=raw, params=params, trace_dir=trace, tie_margin=tie_margin)
     report = Report(lm.describe(), meta["speculators"], params.greedy)
     done = results.done()
     todo = sum(1 for p in prompt_list for c in contenders if (p.id, c.spec) not in done)

@@ -58,6 +58,9 @@ class Report:
             same = "sampled" if not self.greedy else "-"
         elif r["identical_to_ar"]:
             same = "[green]identical[/green]"
+        elif r.get("divergence_margin") is not None:
+            colour = "yellow" if r.get("exact_up_to_ties") else "red"
+            same = f"[{colour}]differs at token {r['first_divergence']} (ar's top-2 margin {r['divergence_margin']:.3f})[/{colour}]"
         else:
             same = f"[red]differs at token {r['first_divergence']}[/red]"
         tps = r["new_tokens"] / r["wall_s"] if r["wall_s"] else 0.0
@@ -73,7 +76,8 @@ class Report:
             return
         for line in (f"[yellow]note:[/yellow] {s['reason']}" for s in doc.get("skipped", [])):
             self.err.print(line)
-        title = f"{doc['model']} · {doc['device']} {doc['dtype']} · {doc['max_new_tokens']} new tokens"
+        weights = f"+{doc['weights']}" if doc.get("weights", "float") != "float" else ""
+        title = f"{doc['model']} · {doc['device']} {doc['dtype']}{weights} · {doc['max_new_tokens']} new tokens"
         if not doc.get("complete", True):
             title += " · PARTIAL (interrupted)"
         self.out.print(self._main_table(summary, title))
@@ -91,9 +95,17 @@ class Report:
         speedup = f"{s['speedup']:.2f}x" if s["speedup"] is not None else "-"
         if not self.greedy:
             same = "sampled"
+        elif s["identical"] is None:  # another engine: not compared token by token
+            same = "-"
         else:
             same = f"{s['identical']}/{s['prompts']}"
-            same = f"[green]{same}[/green]" if s["identical"] == s["prompts"] else f"[red]{same}[/red]"
+            ties = s.get("exact_up_to_ties", s["identical"])
+            if s["identical"] == s["prompts"]:
+                same = f"[green]{same}[/green]"
+            elif ties == s["prompts"]:
+                same = f"[yellow]{same}, {ties}/{s['prompts']} up to ties[/yellow]"
+            else:
+                same = f"[red]{same}, {ties}/{s['prompts']} up to ties[/red]"
         return [f"{s['tokens_per_s']:.1f}", speedup, f"{s['mean_accepted']:.2f}", same, str(s["prompts"])]
 
     def _main_table(self, summary: dict, title: str) -> Table:

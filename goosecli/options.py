@@ -13,6 +13,10 @@ Model = Annotated[
 ]
 Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu or cuda.")]
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]
+Weights = Annotated[
+    str,
+    typer.Option("--weights", help="Weight format: float (as loaded) or int8 (dynamic int8 linear layers, CPU, float32; faster, identical to ar only up to near-ties)."),
+]
 DeviceMap = Annotated[
     Optional[str], typer.Option("--device-map", help="'auto' spreads a model too big for one GPU over several (accelerate).")
 ]
@@ -30,11 +34,11 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None):
+def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None, weights: str = "float"):
     from drafting.model import ModelError, load_model
 
     try:
-        return load_model(model, device=device, dtype=dtype, device_map=device_map)
+        return load_model(model, device=device, dtype=dtype, device_map=device_map, weights=weights)
     except ModelError as exc:
         fail(str(exc))
 

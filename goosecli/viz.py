@@ -1,9 +1,136 @@
-"""`goose viz` (not built yet)."""
+"""`goose viz`: open recorded traces (or record one on the spot) and step through their trees."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
 
 from .main import app
+from .options import (
+    Device,
+    DeviceMap,
+    Dtype,
+    MaxNewTokens,
+    Model,
+    Raw,
+    Seed,
+    Temperature,
+    TopK,
+    TopP,
+    fail,
+    load_or_fail,
+    sampling_or_fail,
+    speculator_or_fail,
+)
+
+MAX_SIBLINGS = 500  # headers read when looking for a trace's partner in its folder
 
 
 @app.command()
-def viz() -> None:
-    """Not built yet."""
-    raise SystemExit("goose viz is not built yet.")
+def viz(
+    traces: Annotated[Optional[list[Path]], typer.Argument(help="Trace files from `goose bench --trace DIR` or `goose chat --trace FILE`; a goose and a ptd trace of one prompt open side by side.", show_default=False)] = None,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Record a trace of this prompt now and open it.")] = None,
+    speculators: Annotated[str, typer.Option("--speculators", "-s", help="With --prompt: the speculators to record, comma-separated (the first tree one and the first PTD one are shown).")] = "goose,ptd",
+    save: Annotated[Optional[Path], typer.Option("--save", help="With --prompt: folder to keep the recorded traces in (default: a temporary folder).")] = None,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    device_map: DeviceMap = None,
+    raw: Raw = False,
+    max_new_tokens: MaxNewTokens = 64,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    seed: Seed = None,
+) -> None:
+    """Step through speculation trees: the GOOSE spine tree beside the PTD draft tree, at the same output position."""
+    from drafting.trace import TraceError, read_trace
+
+    if prompt is not None and traces:
+        fail("Give trace files or --prompt, not both.")
+    if prompt is None and not traces:
+        fail("Give a trace file to open, or --prompt '…' to record one now.")
+    params = sampling_or_fail(temperature, top_k, top_p, seed)
+    paths = list(traces or [])
+    if prompt is not None:
+        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params)
+    elif len(paths) == 1:
+        paths += partner(paths[0])
+
+    from tui.viz_app import Opened, VizApp
+
+    opened = []
+    for p in paths:
+        try:
+            opened.append(Opened(p.name, read_trace(p)))
+        except TraceError as exc:
+            fail(str(exc))
+    VizApp(opened).run()
+    if prompt is not None:
+        typer.echo(f"Traces kept in {paths[0].parent}", err=True)
+
+
+def partner(path: Path) -> list[Path]:
+    """The trace of the same prompt by a speculator of the other kind (tree vs PTD rows), from the same folder."""
+    from tui.viz_app import ROW_SPECULATORS
+
+    head = _header(path)
+    if not head or "prompt_id" not in head or not path.parent.is_dir():
+        return []
+    mine = str(head.get("speculator", "")).split(":")[0] in ROW_SPECULATORS
+    for other in sorted(path.parent.glob("*.jsonl"))[:MAX_SIBLINGS]:
+        h = _header(other)
+        if other != path and h and h.get("prompt_id") == head["prompt_id"]:
+            if (str(h.get("speculator", "")).split(":")[0] in ROW_SPECULATORS) != mine:
+                return [other]
+    return []
+
+
+def _header(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = json.loads(f.readline())
+        return head if isinstance(head, dict) and "goose_trace" in head else None
+    except (OSError, ValueError):
+        return None
+
+
+def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params=None) -> list[Path]:
+    """Decode the prompt once per speculator, recording each step with the target's top-5, into trace files."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from drafting.decode import ContextError, Decoder
+    from drafting.prompting import encode
+    from drafting.sampling import SamplingParams, make_acceptor
+    from drafting.trace import TraceWriter
+
+    specs = [s.strip() for s in speculators.split(",") if s.strip()]
+    if not specs:
+        fail("--speculators needs at least one speculator name.")
+    made = [speculator_or_fail(s) for s in specs]
+    lm = load_or_fail(model, device, dtype, device_map)
+    folder = save or Path(tempfile.mkdtemp(prefix="goose-viz-"))
+    ids = encode(lm.tokenizer, [{"role": "user", "content": prompt}], raw=raw)
+    console = Console(stderr=True)
+    paths = []
+    for spec in made:
+        name = spec.spec()
+        path = folder / f"prompt__{name.replace(':', '_').replace(',', '_')}.jsonl"
+        params = params or SamplingParams()
+        header = {"speculator": name, "model": lm.name, "prompt_id": "prompt", "prompt": prompt, "command": "viz",
+                  "sampling": asdict(params)}
+        try:
+            decoder = Decoder(lm, spec, acceptor=make_acceptor(params), record_top=5)
+            with console.status(f"recording {name} …"), TraceWriter(path, header, tokenizer=lm.tokenizer) as tw:
+                for rec in decoder.stream(ids, max_new_tokens):
+                    tw.write(rec)
+        except (ContextError, ValueError) as exc:
+            fail(str(exc))
+        paths.append(path)
+    return paths

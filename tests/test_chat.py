@@ -1,0 +1,89 @@
+"""`goose chat` on the embedded model: the app streams an answer, stops on Esc, switches and clears; the plain
+REPL answers piped prompts; the trace it writes opens in viz."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drafting.trace import read_trace
+from screentext import screen_text, sync
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+async def ask(app, pilot, text):
+    app.query_one("#prompt").value = text
+    await pilot.press("enter")
+
+
+async def wait_answer(app, pilot, limit=60.0):
+    waited = 0.0
+    while app.generating and waited < limit:
+        await pilot.pause(0.1)
+        waited += 0.1
+    await pilot.pause(0.2)
+
+
+@sync
+async def test_chat_app_streams_stops_switches_and_clears(embedded_lm, tmp_path):
+    from tui.chat_app import ChatApp
+    from tui.session import ChatSession
+
+    session = ChatSession(embedded_lm, "pld", max_new_tokens=12, trace_path=tmp_path / "chat.jsonl")
+    session.ar_step_s = 0.05  # skip the start-up measurement here; its own test is the plain REPL run
+    app = ChatApp(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(app, pilot, "Repeat: one two three, one two three, one two three.")
+        await wait_answer(app, pilot)
+        screen = screen_text(app)
+        assert "you › Repeat: one two three" in screen and "goose › " in screen
+        assert "tok/s" in screen and "vs ar (50 ms/token measured at start)" in screen and "tok/step" in screen
+        assert "step tree · pld" in screen and "[cut at --max-new-tokens]" in screen
+        assert len(session.messages) == 2 and session.messages[1]["role"] == "assistant"
+
+        # Esc stops an answer at once; the partial answer stays in the history.
+        session.max_new_tokens = 200
+        await ask(app, pilot, "Write a long story about a dragon who learns to count.")
+        for _ in range(200):
+            if app.stats.tokens >= 3:
+                break
+            await pilot.pause(0.05)
+        assert app.generating
+        await pilot.press("escape")
+        await wait_answer(app, pilot)
+        assert session.decoder.result.stop_reason == "stopped" and "[stopped]" in screen_text(app)
+        assert session.messages[-1]["role"] == "assistant" and 0 < len(session.messages[-1]["content"]) < 400
+
+        await pilot.press("f3")
+        assert "step tree" not in screen_text(app)
+        await pilot.press("f3", "f2")
+        assert "speculator" in screen_text(app) and session.decoder.speculator.name != "pld"
+        await pilot.press("ctrl+l")
+        await pilot.pause(0.1)
+        assert "you › " not in screen_text(app) and session.messages == []
+        await pilot.press("ctrl+q")
+    app.wait_idle()
+    session.close()
+    trace = read_trace(tmp_path / "chat.jsonl")
+    assert [s["header"]["turn"] for s in trace.sections] == [1, 2]
+    assert trace.records[0].emitted and trace.text(trace.records[0].emitted[0]) != f"<{trace.records[0].emitted[0]}>"
+
+
+def test_plain_chat_answers_piped_prompts(tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    done = subprocess.run(
+        [sys.executable, "-m", "goosecli", "chat", "--plain", "-n", "8", "-s", "pld", "--trace",
+         str(tmp_path / "t.jsonl")],
+        input="What is the capital of France?\nAnd of Italy?\n", cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    summaries = [line for line in done.stderr.splitlines() if line.startswith("── pld")]
+    assert len(summaries) == 2 and all("tokens in" in s and "vs ar" in s for s in summaries)
+    assert done.stdout.strip()
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert len(trace.sections) == 2 and sum(len(r.emitted) for r in trace.sections[0]["records"]) == 8

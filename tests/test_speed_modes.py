@@ -1,0 +1,145 @@
+"""Speed modes: weight formats, ar's top-2 margins and the "identical up to ties" test, `goose doctor`, and
+llama.cpp reference rows in `goose bench` (real subprocesses where a user would run the CLI)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = json.dumps({"id": "p1", "task": "code", "prompt": "Rewrite this: def add(a, b): return a + b"})
+
+
+def goose(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_tie_check_counts_only_near_ties():
+    from drafting.benchmark import tie_check
+
+    margins = [3.0, 0.2, 1.5]
+    assert tie_check(None, margins, 0.5)["exact_up_to_ties"] is True
+    near = tie_check(1, margins, 0.5)
+    assert near["exact_up_to_ties"] is True and near["divergence_margin"] == 0.2
+    far = tie_check(2, margins, 0.5)
+    assert far["exact_up_to_ties"] is False and far["divergence_margin"] == 1.5
+    assert tie_check(2, None, 0.5)["exact_up_to_ties"] is False  # unknown margin is never excused
+    assert tie_check(5, margins, 0.5)["exact_up_to_ties"] is False
+
+
+def test_ar_margins_match_a_full_forward(tiny_lm):
+    from drafting.decode import Decoder
+    from drafting.speculators import create
+
+    from dataclasses import replace
+
+    lm = replace(tiny_lm, eos_ids=set())  # run the full 20 tokens
+    prompt = [5, 17, 33, 2, 90, 41]
+    res = Decoder(lm, create("ar"), record_margins=True).generate(prompt, 20)
+    assert len(res.margins) == len(res.output_ids) == 20
+    with torch.no_grad():
+        logits = tiny_lm.model(torch.tensor([prompt + res.output_ids])).logits[0].float()
+    top2 = logits[len(prompt) - 1 : len(prompt) - 1 + 20].topk(2, dim=-1).values
+    assert torch.allclose(torch.tensor(res.margins), top2[:, 0] - top2[:, 1], atol=1e-4)
+    assert Decoder(lm, create("ar")).generate(prompt, 5).margins is None  # off unless asked
+
+
+def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
+    from drafting.decode import Decoder
+    from drafting.model import LoadedModel
+    from drafting.speculators import create
+    from drafting.weights import apply_weights
+
+    net = apply_weights(copy.deepcopy(tiny_lm.model), "int8")
+    assert not any(type(m) is torch.nn.Linear for m in net.modules())
+    lm = LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.float32,
+                     eos_ids={127}, max_context=512, weights="int8")
+    assert lm.vocab_size == 128 and lm.mode == "float32+int8"
+    out = Decoder(lm, create("ar")).generate([5, 17, 33, 2], 12).output_ids
+    assert len(out) >= 1 and all(0 <= t < 128 for t in out)
+
+
+def test_bad_weight_formats_are_one_sentence():
+    from drafting.weights import WeightsError, check_format
+
+    cpu = torch.device("cpu")
+    with pytest.raises(WeightsError, match="Unknown weight format"):
+        check_format("int4", cpu, torch.float32)
+    with pytest.raises(WeightsError, match="float32"):
+        check_format("int8", cpu, torch.bfloat16)
+    check_format("int8", cpu, torch.float32)
+
+
+def test_doctor_bad_input_is_one_sentence():
+    for args, phrase in ((["--modes", "float64"], "Unknown dtype"), (["--modes", "bfloat16+int8"], "cannot run here"),
+                         (["--device", "tpu"], "Unknown device"), (["--model", "./nowhere"], "does not exist")):
+        proc = goose("doctor", *args, timeout=60)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+        assert phrase in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_every_doctor_option_has_help():
+    proc = goose("doctor", "--help", timeout=60)
+    assert proc.returncode == 0
+    for opt in ("--model", "--device", "--modes", "--prefix", "--max-rows", "--repeats", "--json"):
+        assert opt in proc.stdout
+
+
+@pytest.mark.slow
+def test_doctor_measures_each_mode(tmp_path):
+    out = tmp_path / "doctor.json"
+    proc = goose("doctor", "--modes", "float32,bfloat16,float32+int8", "--max-rows", "8", "--repeats", "1",
+                 "--prefix", "32", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert [m["mode"] for m in doc["modes"]] == ["float32", "bfloat16", "float32+int8"]
+    for m in doc["modes"]:
+        assert m["error"] is None and m["sizes"] == [1, 2, 4, 8] and all(s > 0 for s in m["seconds"])
+    assert doc["auto"]["dtype"] == "float32" and doc["fastest"] in ("float32", "bfloat16", "float32+int8")
+    assert "--dtype auto picks float32" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_low_precision_reports_margins_and_llama_cpp_rows(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(PROMPT + "\n")
+    out = tmp_path / "b.json"
+    specs = "pld"
+    from drafting.llama_cpp_ref import available
+
+    if available():
+        specs += ",llama.cpp,llama.cpp-pld"
+    proc = goose("bench", str(path), "-s", specs, "-n", "24", "--dtype", "bfloat16", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    runs = {r["speculator"]: r for r in doc["runs"]}
+    assert len(runs["ar"]["margins"]) == runs["ar"]["new_tokens"] and runs["ar"]["exact_up_to_ties"]
+    pld = runs["pld"]
+    assert "exact_up_to_ties" in pld and "divergence_margin" in pld
+    if pld["identical_to_ar"]:
+        assert pld["divergence_margin"] is None
+    else:
+        assert pld["divergence_margin"] == runs["ar"]["margins"][pld["first_divergence"]]
+    assert doc["summary"]["pld"]["exact_up_to_ties"] is not None
+    if available():
+        for name in ("llama.cpp", "llama.cpp-pld"):
+            assert runs[name]["external"] and runs[name]["identical_to_ar"] is None
+            assert runs[name]["new_tokens"] > 0 and runs[name]["wall_s"] > 0
+            assert doc["summary"][name]["identical"] is None
+
+
+def test_int8_refuses_bfloat16_from_the_cli(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(PROMPT + "\n")
+    proc = goose("bench", str(path), "--dtype", "bfloat16", "--weights", "int8", timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--weights int8" in proc.stderr

@@ -1,0 +1,117 @@
+"""What each drafted node became in a step, and how a produced token came to be.
+
+Every state has a marker character as well as a colour, so the views read the same without colour.
+"""
+
+from __future__ import annotations
+
+from drafting.trace import StepRecord
+
+# Node states in a verified tree.
+ROOT = "root"
+ACCEPTED = "accepted"
+CONTINUATION = "continuation"  # accepted after the path left the spine for a branch
+REJECTED = "rejected"  # its parent was accepted, the target chose another token
+UNREACHED = "unreached"  # its parent was never accepted, so the target's verdict did not matter
+
+MARKER = {ROOT: "●", ACCEPTED: "✓", CONTINUATION: "↪", REJECTED: "✗", UNREACHED: "·"}
+STYLE = {
+    ROOT: "bold",
+    ACCEPTED: "bold green",
+    CONTINUATION: "bold magenta",
+    REJECTED: "red",
+    UNREACHED: "grey50",
+}
+LEGEND = [(ACCEPTED, "accepted"), (CONTINUATION, "spine continuation"), (REJECTED, "rejected"), (UNREACHED, "not reached")]
+
+# Draft-row states (PTD's in-model draft tree).
+GROWN = "grown"
+PRUNED = "pruned"
+KEPT = "kept"
+ROW_MARKER = {GROWN: "+", PRUNED: "✂", KEPT: "•"}
+ROW_STYLE = {GROWN: "bold cyan", PRUNED: "yellow strike", KEPT: "cyan"}
+
+# How an emitted token was produced (chat transcript shading).
+PROVENANCE_STYLE = {
+    "spine": "green",
+    "branch": "cyan",
+    "continuation": "magenta",
+    "guess": "yellow",
+    "bonus": "",
+}
+PROVENANCE_LABEL = {
+    "spine": "spine / context match",
+    "branch": "branch",
+    "continuation": "spine continuation",
+    "guess": "PTD / pool guess",
+    "bonus": "bonus / plain step",
+}
+
+SPINE_SOURCES = {"spine", "context"}
+BRANCH_SOURCES = {"spine-branch", "root-alt", "adjacency"}
+GUESS_SOURCES = {"pool", "ptd-guess"}
+
+
+def node_states(record: StepRecord) -> list[str]:
+    """The state of every tree node of a step."""
+    accepted = set(record.accepted)
+    states = []
+    for i, parent in enumerate(record.parents):
+        if parent < 0:
+            states.append(ROOT)
+        elif i in accepted:
+            states.append(CONTINUATION if _left_spine(record, i) else ACCEPTED)
+        elif parent in accepted:
+            states.append(REJECTED)
+        else:
+            states.append(UNREACHED)
+    return states
+
+
+def _left_spine(record: StepRecord, node: int) -> bool:
+    """A non-spine node below a spine node: the path went along the spine, then took a branch."""
+    if record.sources[node] in SPINE_SOURCES:
+        return False
+    parent = record.parents[node]
+    while parent > 0:
+        if record.sources[parent] == "spine":
+            return True
+        parent = record.parents[parent]
+    return False
+
+
+def provenance(record: StepRecord) -> list[str]:
+    """One provenance label per emitted token: the source of its accepted node, or "bonus"."""
+    states = node_states(record)
+    out = []
+    for node in record.accepted[1:]:
+        src = record.sources[node]
+        if states[node] == CONTINUATION:
+            out.append("continuation")
+        elif src in SPINE_SOURCES:
+            out.append("spine")
+        elif src in GUESS_SOURCES:
+            out.append("guess")
+        else:
+            out.append("branch")
+    out.append("bonus")
+    return out[: len(record.emitted)]
+
+
+def row_states(rows: dict) -> list[str]:
+    """The state of every in-model draft row sent this step: pruned by this step, or kept (grown rows are new
+    nodes, listed apart as [parent row, token]; a per-row flag form is read too)."""
+    n = len(rows.get("tokens", []))
+    grown_in = [g for g in rows.get("grown") or [] if not isinstance(g, (list, tuple))]
+    grown, pruned = _flags(grown_in, n), _flags(rows.get("pruned"), n)
+    return [PRUNED if pruned[i] else GROWN if grown[i] else KEPT for i in range(n)]
+
+
+def _flags(value, n: int) -> list[bool]:
+    """Flags arrive either as one bool per row or as a list of row indices."""
+    if not value:
+        return [False] * n
+    if len(value) == n and all(isinstance(v, bool) for v in value):
+        return list(value)
+    picked = {int(v) for v in value if not isinstance(v, bool)}
+    return [i in picked for i in range(n)]
