@@ -118,9 +118,15 @@ class ProgressiveTreeDrafting(InModelDrafter):
         guess_cap = min(s["guess"], budget - 1 - min(forest, (budget - 1) // 2))
         trie = self.pool.get(context[-1])
         if trie is not None and guess_cap > 0:
-            idx = []
-            for tok, parent in trie.breadth_first(guess_cap):
-                idx.append(tree.add(tok, 0 if parent < 0 else idx[parent], GUESS))
+            # whole root-to-leaf paths, most recently touched first: deep guesses accept runs of tokens
+            for path in trie.paths():
+                parent = 0
+                for tok in path:
+                    if len(tree) - 1 >= guess_cap and tree.child(parent, tok) is None:
+                        break
+                    parent = tree.add(tok, parent, GUESS)
+                if len(tree) - 1 >= guess_cap:
+                    break
         rows, sent, desc = self._rows(len(tree), budget - len(tree))
         self._sent = sent
         info = {"route": "tree", "budget": budget, "guess": len(tree) - 1, "draft_rows": len(sent),
