@@ -40,8 +40,12 @@ async def chat_shot(spec: str, size) -> None:
 async def viz_shot(paths: list[Path], size) -> None:
     app = VizApp([Opened(p.name, read_trace(p)) for p in paths])
     async with app.run_test(size=size) as pilot:
-        best = max(range(len(app.steps)), key=lambda i: len(app.steps[i][1].tokens) * (len(app.steps[i][1].emitted) > 2))
-        app.index = best
+        def score(i):  # a step where the spine tree gained several tokens and PTD had draft rows at that position
+            section, rec = app.steps[i]
+            other = app._aligned(app.ptd, section, rec.position) if app.ptd and app.ptd is not app.driver else None
+            return (len(rec.emitted) > 2) + (other is not None and bool(other.rows)), len(rec.tokens)
+
+        app.index = max(range(len(app.steps)), key=score)
         app.show_step()
         await pilot.pause(0.2)
         app.save_screenshot("viz.svg", path=str(DOCS))

@@ -52,15 +52,14 @@ def doctor(
     if not out.is_terminal:  # logs and pipes: do not squeeze the table into 80 columns
         out.width = max(out.width, 140)
     threads = torch.get_num_threads()
-    err.print(f"goose doctor: {dev.type}, {threads} threads; measuring {', '.join(m.label for m in mode_list)}")
     profiles = []
     for m in mode_list:
-        with err.status(f"measuring {m.label}"):
+        with err.status(f"goose doctor: measuring {m.label}"):
             p = profile_mode(model, device, m, sizes=sizes, prefix=prefix, repeats=repeats)
-        if p.error and "load" in p.error.lower() and not profiles:
-            fail(p.error)  # the model itself does not load: nothing else will either
         profiles.append(p)
-    table = Table(title=f"forward time by mode ({prefix} tokens cached; ms, median of {repeats})")
+    if all(p.error for p in profiles):
+        fail(profiles[0].error)  # the model does not load at all (bad path, missing file): one sentence
+    table = Table(title=f"forward time by mode on {dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})")
     table.add_column("mode")
     for col in ("tokens/s (1 row)", "prefill tok/s", *(str(n) for n in sizes), f"{sizes[-1]} / 1"):
         table.add_column(col, justify="right")

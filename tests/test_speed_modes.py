@@ -81,7 +81,7 @@ def test_bad_weight_formats_are_one_sentence():
 
 def test_doctor_bad_input_is_one_sentence():
     for args, phrase in ((["--modes", "float64"], "Unknown dtype"), (["--modes", "bfloat16+int8"], "cannot run here"),
-                         (["--device", "tpu"], "Unknown device")):
+                         (["--device", "tpu"], "Unknown device"), (["--model", "./nowhere"], "does not exist")):
         proc = goose("doctor", *args, timeout=60)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
         assert phrase in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -14,7 +14,8 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Input, Sparkline, Static
+from textual.widget import Widget
+from textual.widgets import Footer, Input, Static
 
 from drafting.speculators import SpecError, registry
 
@@ -24,7 +25,7 @@ from .stats import LiveStats
 from .treepane import TreePane
 from .viz_app import ROW_SPECULATORS
 
-REDRAWS_PER_S = 8
+REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL: measured, see README
 
 
 def provenance_legend() -> str:
@@ -33,6 +34,21 @@ def provenance_legend() -> str:
         style = PROVENANCE_STYLE[key] or "default"
         parts.append(f"[{style}]{PROVENANCE_LABEL[key]}[/]")
     return " · ".join(parts)
+
+
+class StatsBar(Widget):
+    """Two fixed lines: redrawn without a layout pass."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.text = Text()
+
+    def show(self, text: Text) -> None:
+        self.text = text
+        self.refresh()
+
+    def render(self) -> Text:
+        return self.text
 
 
 class Turn(Static):
@@ -89,8 +105,7 @@ class ChatApp(App):
         with Horizontal(id="main"):
             yield VerticalScroll(id="transcript")
             yield TreePane(self._pane_kind(), self._text, id="tree")
-        yield Static(id="stats")
-        yield Sparkline([0], id="spark")
+        yield StatsBar(id="stats")
         yield Input(placeholder="Ask something, Enter to send", id="prompt")
         yield Footer()
 
@@ -128,8 +143,8 @@ class ChatApp(App):
         tree.border_title = f"step tree · {s.speculator}"
 
     def _update_stats(self) -> None:
-        self.query_one("#stats", Static).update(self.stats.render(self.session.ar_step_s))
-        self.query_one("#spark", Sparkline).data = list(self.stats.per_step) or [0]
+        bar = self.query_one("#stats", StatsBar)
+        bar.show(self.stats.render(self.session.ar_step_s, spark_cells=max(10, bar.size.width - 24)))
 
     # -- baseline ----------------------------------------------------------------------------------------------
 
@@ -161,6 +176,7 @@ class ChatApp(App):
         self._detok = Detokenizer(self.session.lm.tokenizer, self.session.lm.eos_ids)
         self._stop.clear()
         self.generating = True
+        event.input.cursor_blink = False  # its blink timer would redraw while decoding
         self._update_head()
         self._generate(text)
 
@@ -199,6 +215,7 @@ class ChatApp(App):
     def _finished(self, stop_reason: str, error: str | None) -> None:
         self._drain()
         self.generating = False
+        self.query_one("#prompt", Input).cursor_blink = True
         if self._answer is not None:
             if error:
                 self._answer.note(error)

@@ -8,7 +8,8 @@ from rich.text import Text
 
 from drafting.trace import StepRecord
 
-SPARK_STEPS = 120
+SPARK_STEPS = 200
+BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 class LiveStats:
@@ -49,7 +50,13 @@ class LiveStats:
             return None
         return self.tokens * ar_step_s / self.elapsed
 
-    def render(self, ar_step_s: float | None) -> Text:
+    def sparkline(self, cells: int) -> str:
+        """Tokens per step of the latest steps, one block character each (full block = the most so far)."""
+        recent = list(self.per_step)[-cells:]
+        top = max(recent, default=1)
+        return "".join(BLOCKS[min(len(BLOCKS) - 1, round((len(BLOCKS) - 1) * n / top))] for n in recent)
+
+    def render(self, ar_step_s: float | None, spark_cells: int = 60) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis")
         out.append(f"{self.tokens_per_s:5.1f} tok/s", style="bold")
         up = self.speedup(ar_step_s)
@@ -66,4 +73,6 @@ class LiveStats:
         for src in sorted(self.offered, key=lambda s: -self.offered[s]):
             got, offered = self.accepted.get(src, 0), self.offered[src]
             out.append(f" · {src} {got}/{offered} {got / offered:.0%}", style="grey70")
+        out.append("\ntokens per step ", style="grey70")
+        out.append(self.sparkline(spark_cells), style="green")
         return out

@@ -179,8 +179,3 @@ class Goose(TreeSpeculator):
         self.counts["spine_continuation"] += cont
         self.counts["bypass"] += draft.info.get("bypass", 0)
         self.counts["budget_sum"] += len(draft.tree) - 1
-
-    def stats(self) -> dict:
-        out = super().stats()
-        out["ema"] = round(self.ema, 3)
-        return out
