@@ -1,5 +1,6 @@
 """The sampling options reach every command that generates: bench, chat and viz."""
 
+import json
 import os
 import subprocess
 import sys
@@ -32,3 +33,20 @@ def test_sampling_bad_top_p_fails_in_one_sentence(command, args):
     assert "--top-p must be in (0, 1]" in out.stderr
     assert "Traceback" not in out.stderr
 
+
+@pytest.mark.slow
+def test_sampling_viz_records_with_the_sampling_acceptor(tmp_path):
+    """`goose viz --prompt` records its traces through make_acceptor: the settings are in the trace header, and a
+    seeded sampled trace repeats itself."""
+    from drafting.sampling import SamplingParams
+    from goosecli.viz import record
+
+    def run(folder, params):
+        (path,) = record("Write a haiku about geese.", "pld", folder, None, "cpu", "auto", None, False, 12, params)
+        lines = path.read_text().splitlines()
+        return json.loads(lines[0]), [json.loads(line).get("emitted") for line in lines[1:]]
+
+    params = SamplingParams(temperature=0.9, top_k=40, seed=3)
+    head, steps = run(tmp_path / "a", params)
+    assert head["sampling"] == {"temperature": 0.9, "top_k": 40, "top_p": 1.0, "seed": 3}
+    assert steps == run(tmp_path / "b", params)[1]
