@@ -1,6 +1,6 @@
 """Make the README's screenshots with the apps themselves (Textual's own SVG export).
 
-    flock /work/wt/.cpu.lock python docs/screenshots.py --speculator goose TRACE [TRACE]
+    python docs/screenshots.py --speculator goose TRACE [TRACE]
 
 The chat screenshot runs one real answer on the embedded model; the viz one opens the given traces at the step
 with the largest tree.

@@ -1,7 +1,7 @@
 """How much the chat app costs decoding: the same prompt and speculator decoded headless (Decoder alone) and
 inside the running chat app (headless Textual, drawing as usual), alternating, median decode time of each.
 
-    flock /work/wt/.cpu.lock python docs/tui_overhead.py [--speculator pld] [--tokens 128] [--rounds 3]
+    python docs/tui_overhead.py [--speculator pld] [--tokens 128] [--rounds 3]
 """
 
 from __future__ import annotations
