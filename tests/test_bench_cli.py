@@ -155,8 +155,11 @@ def test_ctrl_c_leaves_valid_partial_json_and_resume_completes(tmp_path):
     out = tmp_path / "out.json"
     args = ["bench", str(path), "-s", "pld", "-n", "24", "--json", str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # A shell that starts jobs in the background hands them SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler; restore the default so the child sees Ctrl-C as a user's terminal sends it.
     proc = subprocess.Popen([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
         if out.exists() and json.loads(out.read_text())["runs"]:
