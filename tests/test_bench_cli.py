@@ -13,15 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from cli import run_goose
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = json.dumps({"id": "p1", "task": "code", "prompt": "Write a Python function that adds two numbers."})
 
 
 def goose(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_goose(*args, timeout=timeout)
 
 
 def assert_clean_failure(proc: subprocess.CompletedProcess, *phrases: str) -> None:

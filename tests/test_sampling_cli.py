@@ -1,21 +1,15 @@
 """The sampling options reach every command that generates: bench, chat and viz."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli import run_goose
 
-ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ["bench", "chat", "viz"]
 
 
 def _goose(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_goose(*args, timeout=120, COLUMNS="200")
 
 
 @pytest.mark.parametrize("command", COMMANDS)

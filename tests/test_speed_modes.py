@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli import run_goose
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = json.dumps({"id": "p1", "task": "code", "prompt": "Rewrite this: def add(a, b): return a + b"})
 
 
 def goose(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_goose(*args, timeout=timeout)
 
 
 def test_tie_check_counts_only_near_ties():

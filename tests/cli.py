@@ -1,0 +1,19 @@
+"""Run the `goose` CLI as a real subprocess from the repository root, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_env(**extra: str) -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+
+
+def run_goose(*args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=cli_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
