@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from tinymodel import tiny_llama
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -15,27 +15,7 @@ EXAMPLES = ROOT / "examples"
 @pytest.fixture(scope="session")
 def tiny_lm():
     """A 2-layer random Llama (vocab 128) in fp32, wrapped like a loaded model."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from drafting.model import LoadedModel
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=127,
-        bos_token_id=1,
-    )
-    model = LlamaForCausalLM(config).eval()
-    return LoadedModel(
-        model=model, tokenizer=None, name="tiny-random-llama", device=torch.device("cpu"),
-        dtype=torch.float32, eos_ids={127}, max_context=512,
-    )
+    return tiny_llama(128, 64, 512, bos=1, eos_ids={127}, name="tiny-random-llama")
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from collections import Counter
 from itertools import product
 
 import pytest
+from tinymodel import tiny_llama
 import torch
 
 from drafting.decode import Decoder
@@ -47,29 +48,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def peaked_lm():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from drafting.model import LoadedModel
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=VOCAB - 1,
-        bos_token_id=0,
-    )
-    model = LlamaForCausalLM(config).eval()
+    lm = tiny_llama(VOCAB, 32, 256, bos=0, eos_ids=set(), name="tiny-peaked-llama-16")
+    model = lm.model
     with torch.no_grad():
         model.lm_head.weight.mul_(16.0)  # random logits are nearly flat; a trained model's are peaked
-    return LoadedModel(
-        model=model, tokenizer=None, name="tiny-peaked-llama-16", device=torch.device("cpu"),
-        dtype=torch.float32, eos_ids=set(), max_context=256,
-    )
+    return lm
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,30 @@
+"""Tiny randomly initialised Llamas, wrapped like loaded models, for fast mechanics tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[int], name: str):
+    """A 2-layer Llama (4 heads, 2 KV heads) in fp32; seeded, so every call builds the same weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from drafting.model import LoadedModel
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        eos_token_id=vocab - 1,
+        bos_token_id=bos,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return LoadedModel(
+        model=model, tokenizer=None, name=name, device=torch.device("cpu"),
+        dtype=torch.float32, eos_ids=eos_ids, max_context=context,
+    )
