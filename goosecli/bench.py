@@ -80,8 +80,6 @@ def bench(
         raise typer.Exit(INTERRUPTED) from None
     except (SpecError, UnsupportedModelError, LlamaCppError) as exc:
         fail(str(exc))
-    except NotImplementedError:
-        fail("Sampling (--temperature > 0) is not available in this build yet; use --temperature 0.")
     meta = {
         "model": lm.name,
         "device": lm.device.type,

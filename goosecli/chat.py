@@ -49,10 +49,7 @@ def chat(
     from drafting.speculators import SpecError, registry
 
     params = sampling_or_fail(temperature, top_k, top_p, seed)
-    try:
-        acceptor = make_acceptor(params)
-    except NotImplementedError as exc:
-        fail(f"{exc}; use --temperature 0.")
+    acceptor = make_acceptor(params)
     if speculator is None:
         speculator = DEFAULT_SPECULATOR
         if DEFAULT_SPECULATOR not in registry():
