@@ -147,6 +147,7 @@ def load_model(
 ) -> LoadedModel:
     """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
     weight format ``weights`` (``auto``, ``float``, ``onednn`` or ``int8``, see drafting.weights) applied."""
+    from .attention import use_grouped_attention
     from .weights import WeightsError, apply_weights, resolve_format
 
     _quiet_transformers()
@@ -198,6 +199,7 @@ def load_model(
         net = net.to(dev)
     net.eval()
     net = apply_weights(net, weights)
+    use_grouped_attention(net)
     return LoadedModel(
         model=net,
         tokenizer=tokenizer,

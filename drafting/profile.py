@@ -129,13 +129,13 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
 
 def _prefill_speed(lm, n: int) -> float:
     """Tokens per second of a causal prefill of ``n`` tokens (second run; the first warms up)."""
-    from transformers import DynamicCache
+    from .kv_cache import new_cache
 
     ids = [100 + (i * 7919) % max(1, min(lm.vocab_size, 32000) - 100) for i in range(n)]
     fwd = Forward(lm.model, lm.dtype, lm.device)
     best = float("inf")
     for _ in range(2):
-        cache = DynamicCache(config=lm.model.config)
+        cache = new_cache(lm.model.config)
         t0 = time.perf_counter()
         fwd.prefill(ids, cache)
         if lm.device.type == "cuda":
