@@ -19,6 +19,7 @@ from .options import (
     Temperature,
     TopK,
     TopP,
+    Weights,
     fail,
     load_or_fail,
     sampling_or_fail,
@@ -33,6 +34,7 @@ def chat(
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    weights: Weights = "auto",
     device_map: DeviceMap = None,
     raw: Raw = False,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Most new tokens per answer.", min=1)] = 256,
@@ -57,7 +59,7 @@ def chat(
             print(f"goose: the {DEFAULT_SPECULATOR!r} speculator is not in this build; using 'pld'.", file=sys.stderr)
     if trace is not None and trace.is_dir():
         fail(f"--trace {str(trace)!r} is a folder; give a file name for the trace.")
-    lm = load_or_fail(model, device, dtype, device_map)
+    lm = load_or_fail(model, device, dtype, device_map, weights)
 
     from tui.session import ChatSession
 
@@ -91,7 +93,7 @@ def run_plain(session, interactive: bool) -> None:
     with err.status("measuring plain decoding (ar) for the speedup figure…"):
         session.measure_baseline()
     if interactive:
-        err.print(f"goose chat · {session.lm.name} · {session.speculator} · /new starts over, Ctrl+D quits",
+        err.print(f"goose chat · {session.lm.name} ({session.lm.mode}) · {session.speculator} · /new starts over, Ctrl+D quits",
                   style="grey50")
         while True:
             try:

@@ -21,6 +21,7 @@ from .options import (
     Temperature,
     TopK,
     TopP,
+    Weights,
     fail,
     load_or_fail,
     sampling_or_fail,
@@ -39,6 +40,7 @@ def viz(
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    weights: Weights = "auto",
     device_map: DeviceMap = None,
     raw: Raw = False,
     max_new_tokens: MaxNewTokens = 64,
@@ -57,7 +59,7 @@ def viz(
     params = sampling_or_fail(temperature, top_k, top_p, seed)
     paths = list(traces or [])
     if prompt is not None:
-        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params)
+        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params, weights)
     elif len(paths) == 1:
         paths += partner(paths[0])
 
@@ -99,7 +101,7 @@ def _header(path: Path) -> dict | None:
         return None
 
 
-def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params=None) -> list[Path]:
+def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params=None, weights="auto") -> list[Path]:
     """Decode the prompt once per speculator, recording each step with the target's top-5, into trace files."""
     from dataclasses import asdict
 
@@ -114,7 +116,7 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
     if not specs:
         fail("--speculators needs at least one speculator name.")
     made = [speculator_or_fail(s) for s in specs]
-    lm = load_or_fail(model, device, dtype, device_map)
+    lm = load_or_fail(model, device, dtype, device_map, weights)
     folder = save or Path(tempfile.mkdtemp(prefix="goose-viz-"))
     ids = encode(lm.tokenizer, [{"role": "user", "content": prompt}], raw=raw)
     console = Console(stderr=True)
@@ -124,7 +126,7 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
         path = folder / f"prompt__{name.replace(':', '_').replace(',', '_')}.jsonl"
         params = params or SamplingParams()
         header = {"speculator": name, "model": lm.name, "prompt_id": "prompt", "prompt": prompt, "command": "viz",
-                  "sampling": asdict(params)}
+                  "mode": lm.mode, "sampling": asdict(params)}
         try:
             decoder = Decoder(lm, spec, acceptor=make_acceptor(params), record_top=5)
             with console.status(f"recording {name} …"), TraceWriter(path, header, tokenizer=lm.tokenizer) as tw:
