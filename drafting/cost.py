@@ -13,7 +13,7 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass
 
 import torch
-from transformers import DynamicCache
+from .kv_cache import new_cache
 
 from .model import LoadedModel, cache_dir
 from .tree import Draft, DraftTree
@@ -65,7 +65,7 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
     vocab = min(lm.vocab_size, 32000)
     low = 100 if vocab > 200 else 0  # skip special ids, except in tiny test vocabularies
     ids = torch.randint(low, vocab, (prefix + max(sizes) + 1,), generator=gen).tolist()
-    cache = DynamicCache(config=lm.model.config)
+    cache = new_cache(lm.model.config)
     fwd.prefill(ids[:prefix], cache)
     seconds = []
     for n in sizes:

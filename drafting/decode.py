@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
-from transformers import DynamicCache
+from .kv_cache import new_cache
 
 from .model import LoadedModel
 from .speculators.base import Speculator, StepResult
@@ -103,7 +103,7 @@ class Decoder:
         lm, spec = self.lm, self.speculator
         result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
-        cache = DynamicCache(config=lm.model.config)
+        cache = new_cache(lm.model.config)
         t_start = time.perf_counter()
         context = list(prompt_ids)
         spec.reset(list(context))

@@ -143,17 +143,18 @@ def load_model(
     dtype: str = "auto",
     device_map: str | None = None,
     trust_remote_code: bool = False,
-    weights: str = "float",
+    weights: str = "auto",
 ) -> LoadedModel:
     """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
-    weight format ``weights`` (``float`` or ``int8``, see drafting.weights) applied."""
-    from .weights import WeightsError, apply_weights, check_format
+    weight format ``weights`` (``auto``, ``float``, ``onednn`` or ``int8``, see drafting.weights) applied."""
+    from .attention import use_grouped_attention
+    from .weights import WeightsError, apply_weights, resolve_format
 
     _quiet_transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     try:
-        check_format(weights, dev, dt)
+        weights = "float" if device_map and weights == "auto" else resolve_format(weights, dev, dt)
     except WeightsError as exc:
         raise ModelError(str(exc)) from None
     name = model or EMBEDDED_NAME
@@ -198,6 +199,7 @@ def load_model(
         net = net.to(dev)
     net.eval()
     net = apply_weights(net, weights)
+    use_grouped_attention(net)
     return LoadedModel(
         model=net,
         tokenizer=tokenizer,

@@ -60,6 +60,8 @@ def available_modes(device: torch.device) -> list[Mode]:
     modes = []
     for dt in dtype_names(device):
         for w in FORMATS:
+            if w == "auto":  # a choice among the others, not a mode of its own
+                continue
             try:
                 check_format(w, device, DTYPES[dt])
             except WeightsError:
@@ -76,6 +78,8 @@ def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         dt, _, w = part.partition("+")
         w = w or "float"
+        if w == "auto":
+            raise ModelError(f"Mode {part!r}: name a concrete weight format ({', '.join(f for f in FORMATS if f != 'auto')}).")
         if dt not in DTYPES:
             raise ModelError(f"Unknown dtype {dt!r} in mode {part!r}; use float32, bfloat16 or float16.")
         try:
@@ -94,7 +98,7 @@ def auto_choice(device: str) -> tuple[str, str]:
     dt = str(resolve_dtype("auto", dev)).replace("torch.", "")
     if dev.type == "cuda":
         return dt, "on CUDA auto picks bfloat16: tensor cores make it much faster than float32; outputs are identical to `ar` up to near-ties."
-    return dt, "on CPU auto picks float32, the exact-reference mode whose tree verification matches plain decoding token for token; faster modes are opt-in."
+    return dt, "on CPU auto picks float32 with oneDNN-packed weights: the exact-reference mode whose tree verification matches plain decoding token for token; faster modes are opt-in."
 
 
 def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES, prefix: int = DEFAULT_PREFIX,
@@ -125,13 +129,13 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
 
 def _prefill_speed(lm, n: int) -> float:
     """Tokens per second of a causal prefill of ``n`` tokens (second run; the first warms up)."""
-    from transformers import DynamicCache
+    from .kv_cache import new_cache
 
     ids = [100 + (i * 7919) % max(1, min(lm.vocab_size, 32000) - 100) for i in range(n)]
     fwd = Forward(lm.model, lm.dtype, lm.device)
     best = float("inf")
     for _ in range(2):
-        cache = DynamicCache(config=lm.model.config)
+        cache = new_cache(lm.model.config)
         t0 = time.perf_counter()
         fwd.prefill(ids, cache)
         if lm.device.type == "cuda":

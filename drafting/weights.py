@@ -1,4 +1,6 @@
-"""Weight formats applied at load time: ``float`` (as loaded) or ``int8`` (dynamic int8 Linear layers).
+"""Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
+float weights pre-packed for oneDNN, see drafting.onednn_linear), ``int8`` (dynamic int8 Linear layers), or
+``auto``: ``onednn`` for float32 on a CPU whose torch has oneDNN (faster and no less exact), else ``float``.
 
 ``int8`` replaces every ``nn.Linear`` with torch's dynamically quantised version (int8 weights, activations
 quantised per call, fbgemm/onednn CPU kernels). It is applied inside ``load_model`` so plain decoding and
@@ -15,16 +17,32 @@ import warnings
 
 import torch
 
-FORMATS = ("float", "int8")
+from . import onednn_linear
+
+FORMATS = ("auto", "float", "onednn", "int8")
 
 
 class WeightsError(ValueError):
     """A weight format cannot be used with this model, device or dtype; one sentence."""
 
 
+def resolve_format(weights: str, device: torch.device, dtype: torch.dtype) -> str:
+    """``auto`` -> the concrete format for this device and dtype; anything else is checked and returned."""
+    if weights == "auto":
+        fast = device.type == "cpu" and dtype == torch.float32 and onednn_linear.available()
+        return "onednn" if fast else "float"
+    check_format(weights, device, dtype)
+    return weights
+
+
 def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None:
     if weights not in FORMATS:
-        raise WeightsError(f"Unknown weight format {weights!r}; use {' or '.join(FORMATS)}.")
+        raise WeightsError(f"Unknown weight format {weights!r}; use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
+    if weights == "onednn":
+        if device.type != "cpu":
+            raise WeightsError("--weights onednn packs weights for oneDNN's CPU kernels; use it with --device cpu.")
+        if not onednn_linear.available():
+            raise WeightsError("This torch build has no oneDNN, so --weights onednn cannot run here.")
     if weights == "int8":
         if device.type != "cpu":
             raise WeightsError("--weights int8 uses torch's CPU int8 kernels; use it with --device cpu.")
@@ -36,8 +54,10 @@ def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None
 
 def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
     """Return ``net`` with the weight format applied (``float`` returns it unchanged)."""
-    if weights == "float":
+    if weights in ("float", "auto"):
         return net
+    if weights == "onednn":
+        return onednn_linear.pack_linear_layers(net)
     with warnings.catch_warnings():  # torch announces the move of eager quantisation to torchao on every call
         warnings.simplefilter("ignore")
         from torch.ao.quantization import quantize_dynamic

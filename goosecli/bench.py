@@ -33,7 +33,7 @@ def bench(
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
-    weights: Weights = "float",
+    weights: Weights = "auto",
     tie_margin: Annotated[
         float,
         typer.Option("--tie-margin", help="A run that differs from `ar` still counts as exact up to ties when ar's top-2 logit gap at the first divergence is at most this (bf16/int8 round tree passes differently).", min=0.0),

@@ -98,5 +98,4 @@ def doctor(
 
 
 def _flags(p) -> str:
-    flags = f"--dtype {p.dtype}"
-    return flags + (f" --weights {p.weights}" if p.weights != "float" else "")
+    return f"--dtype {p.dtype} --weights {p.weights}"

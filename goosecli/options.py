@@ -15,7 +15,7 @@ Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present),
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]
 Weights = Annotated[
     str,
-    typer.Option("--weights", help="Weight format: float (as loaded) or int8 (dynamic int8 linear layers, CPU, float32; faster, identical to ar only up to near-ties)."),
+    typer.Option("--weights", help="Weight format: auto (onednn on CPU in float32, else float), float (as loaded, torch's default kernels), onednn (the same float weights packed for oneDNN: faster on CPU, as exact) or int8 (dynamic int8 linear layers, CPU, float32; fastest, identical to ar only up to near-ties)."),
 ]
 DeviceMap = Annotated[
     Optional[str], typer.Option("--device-map", help="'auto' spreads a model too big for one GPU over several (accelerate).")
@@ -34,7 +34,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None, weights: str = "float"):
+def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None, weights: str = "auto"):
     from drafting.model import ModelError, load_model
 
     try:

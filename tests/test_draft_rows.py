@@ -5,8 +5,8 @@ the rows it sees, in order, at their positions. After acceptance only prefix + a
 """
 
 import torch
-from transformers import DynamicCache
 
+from drafting.kv_cache import new_cache
 from drafting.tree import Draft, DraftRows, DraftTree, step_inputs
 from drafting.verify import Forward, keep_accepted
 
@@ -32,7 +32,7 @@ def _step_rows(draft):
 
 def _check_against_sequential(lm, draft):
     fwd = Forward(lm.model, lm.dtype, lm.device)
-    cache = DynamicCache(config=lm.model.config)
+    cache = new_cache(lm.model.config)
     fwd.prefill(PREFIX, cache)
     p = len(PREFIX)
     logits = fwd.step(draft, cache)

@@ -63,6 +63,34 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     assert len(out) >= 1 and all(0 <= t < 128 for t in out)
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
+    from drafting.weights import apply_weights
+
+    net = apply_weights(copy.deepcopy(tiny_lm.model), "onednn")
+    assert not any(type(m) is torch.nn.Linear for m in net.modules())
+    ids = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 64]])
+    with torch.inference_mode():
+        want = tiny_lm.model(ids).logits[0]
+        got = net(ids).logits[0]
+        # the last row alone, after the others are cached: the batch must not change a row beyond rounding
+        out = net(ids[:, :-1], use_cache=True)
+        last = net(ids[:, -1:], cache=out.past_key_values).logits[0, 0]
+    assert torch.allclose(got, want, atol=1e-4)
+    assert torch.allclose(last, got[-1], atol=1e-4)
+
+
+def test_auto_weights_pick_onednn_only_for_float32_on_cpu():
+    from drafting.weights import resolve_format
+
+    cpu = torch.device("cpu")
+    fast = "onednn" if torch.backends.mkldnn.is_available() else "float"
+    assert resolve_format("auto", cpu, torch.float32) == fast
+    assert resolve_format("auto", cpu, torch.bfloat16) == "float"
+    assert resolve_format("auto", torch.device("cuda"), torch.float32) == "float"
+    assert resolve_format("int8", cpu, torch.float32) == "int8"
+
+
 def test_bad_weight_formats_are_one_sentence():
     from drafting.weights import WeightsError, check_format
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from drafting.decode import Decoder, UnsupportedModelError
+from drafting.kv_cache import new_cache
 from drafting.model import LoadedModel
 from drafting.speculators import create
 from drafting.speculators.base import Speculator
@@ -36,7 +36,7 @@ def random_tree(rng: random.Random, root: int, size: int, vocab: int) -> DraftTr
 
 
 def prefilled(lm, prefix: list[int]):
-    cache = DynamicCache(config=lm.model.config)
+    cache = new_cache(lm.model.config)
     fwd = Forward(lm.model, lm.dtype, lm.device)
     fwd.prefill(prefix[:-1], cache)
     return fwd, cache

@@ -9,6 +9,7 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
     """A 2-layer Llama (4 heads, 2 KV heads) in fp32; seeded, so every call builds the same weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from drafting.attention import use_grouped_attention
     from drafting.model import LoadedModel
 
     torch.manual_seed(0)
@@ -24,6 +25,7 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
         bos_token_id=bos,
     )
     model = LlamaForCausalLM(config).eval()
+    use_grouped_attention(model)  # what load_model does, so mechanics tests cover the grouped tree attention
     return LoadedModel(
         model=model, tokenizer=None, name=name, device=torch.device("cpu"),
         dtype=torch.float32, eos_ids=eos_ids, max_context=context,

@@ -1,0 +1,55 @@
+"""The step's fast paths: grouped-query tree attention without KV copies, and the buffered KV cache."""
+
+from __future__ import annotations
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from drafting.attention import NAME, grouped_sdpa
+from drafting.kv_cache import BufferedLayer, new_cache
+from drafting.verify import keep_accepted
+
+
+class _Module:
+    num_key_value_groups = 3
+    is_causal = True
+
+
+def test_grouped_attention_equals_transformers_repeat_path():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 9, 5, 16), torch.randn(1, 3, 12, 16), torch.randn(1, 3, 12, 16)
+    visible = torch.rand(5, 12) > 0.4
+    visible[:, 0] = True
+    mask = torch.zeros(1, 1, 5, 12).masked_fill(~visible, torch.finfo(torch.float32).min)
+    got, _ = grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25)
+    want, _ = sdpa_attention_forward(_Module(), q, k, v, mask, scaling=0.25)
+    assert got.shape == want.shape == (1, 5, 9, 16)
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_tiny_test_model_runs_the_grouped_path(tiny_lm):
+    assert tiny_lm.model.config._attn_implementation == NAME
+
+
+def test_buffered_cache_grows_crops_and_compacts(tiny_lm):
+    cache = new_cache(tiny_lm.model.config)
+    assert all(isinstance(layer, BufferedLayer) for layer in cache.layers)
+    layer = cache.layers[0]
+    chunks = [torch.randn(1, 2, n, 8) for n in (700, 500, 3)]  # crosses the first capacity
+    for c in chunks:
+        keys, values = layer.update(c, -c)
+    full = torch.cat(chunks, dim=2)
+    assert torch.equal(keys, full) and torch.equal(values, -full) and layer.get_seq_length() == 1203
+    layer.crop(-3)
+    assert layer.get_seq_length() == 1200 and torch.equal(layer.keys, full[:, :, :1200])
+    for other in cache.layers[1:]:
+        other.update(full[:, :, :1203].clone(), full[:, :, :1203].clone())
+        other.crop(-3)
+    # a step of 3 rows after 1200 cached; keep rows 0 and 2: row 2 must move next to row 0
+    step = torch.randn(1, 2, 3, 8)
+    for lay in cache.layers:
+        lay.update(step, step)
+    keep_accepted(cache, 1200, [0, 2])
+    assert cache.get_seq_length() == 1202
+    assert torch.equal(layer.keys[:, :, 1200], step[:, :, 0]) and torch.equal(layer.keys[:, :, 1201], step[:, :, 2])
+    assert torch.equal(layer.keys[:, :, :1200], full[:, :, :1200])
