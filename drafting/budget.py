@@ -99,14 +99,15 @@ def monotone(curve):
 
 
 def sane_curve(lm):
-    """The model's cached verify cost curve, measured again if it looks taken on a busy machine, then made
-    monotone (shared by every speculator with an ``auto`` budget)."""
-    from .cost import cost_curve
+    """The model's cached verify cost curves (``drafting.cost.PrefixCost``), measured again if they look
+    taken on a busy machine, then made monotone (shared by every speculator with an ``auto`` budget)."""
+    from .cost import PrefixCost, prefix_cost
 
-    curve = cost_curve(lm)
-    if not is_sane(curve):
-        curve = cost_curve(lm, refresh=True)
-    return monotone(curve)
+    cost = prefix_cost(lm)
+    if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
+        cost = prefix_cost(lm, refresh=True)
+    long = monotone(cost.long) if cost.long is not None else None
+    return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
 
 
 def best_size(curve, expected_tokens: Callable[[int], float], sizes: Iterable[int]) -> int:

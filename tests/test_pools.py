@@ -57,3 +57,15 @@ def test_trie_pool_per_key_and_seed():
         pool.tick()
     assert pool.get(7).size == 3
     assert sorted(pool.get(7).paths()) == [[7], [8], [9]]
+
+
+def test_trie_path_first_lays_the_latest_continuation_whole_first():
+    trie = TokenTrie(1, 60)
+    trie.insert([2, 3, 4], stamp=1)
+    trie.insert([5, 6], stamp=2)
+    trie.insert([2, 7], stamp=3)
+    got = trie.path_first(10)
+    assert got == [(2, -1), (7, 0), (3, 0), (4, 2), (5, -1), (6, 4)]
+    assert trie.path_first(3) == got[:3]
+    for i, (_, parent) in enumerate(got):
+        assert parent < i

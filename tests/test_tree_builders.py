@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from drafting.budget import AcceptanceStats, best_first, best_prefix, is_sane, monotone
-from drafting.cost import CostCurve
+from drafting.cost import CostCurve, PrefixCost
 from drafting.sources.adjacency import AdjacencyTable
 from drafting.speculators import create
 from drafting.speculators.goose import build_spine_tree, plan_budget
@@ -161,7 +161,7 @@ def test_noisy_cost_curves_are_repaired():
 def _auto_draft(spec: str, curve: CostCurve, table: AdjacencyTable, context: list[int]):
     s = create(spec)
     s.table = table
-    s.curve = curve
+    s.curve = curve if isinstance(curve, PrefixCost) else PrefixCost(curve)
     s.reset(context)
     return s.propose(context)
 
@@ -177,6 +177,21 @@ def test_auto_budget_small_on_steep_and_large_on_flat_curves(table, name):
     assert len(steep.tree) - 1 <= 16
     assert len(flat.tree) - 1 >= 30
     assert len(flat.tree) > 2 * len(steep.tree)
+
+
+def test_prefix_cost_interpolates_in_cache_length():
+    cost = PrefixCost(FLAT, STEEP, 256, 1256)
+    assert cost.at(256).seconds == FLAT.seconds and cost.at(100).seconds == FLAT.seconds
+    mid = cost.at(756).seconds
+    assert mid == pytest.approx([(a + b) / 2 for a, b in zip(FLAT.seconds, STEEP.seconds)])
+    assert PrefixCost(FLAT).at(5000) is FLAT  # no long curve: the short one everywhere
+
+
+def test_auto_budget_shrinks_after_a_long_prompt(table):
+    context = [5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    cost = PrefixCost(FLAT, STEEP, 4, 16)  # this context's cache length (16) reads the steep curve
+    short_cost = PrefixCost(FLAT, STEEP, 16, 1000)  # ... here it reads the flat one
+    assert len(_auto_draft("goose", cost, table, context).tree) < len(_auto_draft("goose", short_cost, table, context).tree)
 
 
 def test_goose_spine_is_chosen_first_under_auto(table):

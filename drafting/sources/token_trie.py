@@ -64,6 +64,18 @@ class TokenTrie:
         out.sort(key=lambda sp: -sp[0])
         return [p for _, p in out]
 
+    def path_first(self, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` (token, parent index) pairs depth-first, the most recently touched child first: the
+        latest continuation comes whole before any alternative (a node's stamp is its newest descendant's)."""
+        out: list[tuple[int, int]] = []
+        stack = [(c, -1) for c in sorted(self.root.children.values(), key=lambda c: c.stamp)]
+        while stack and len(out) < limit:
+            node, parent = stack.pop()
+            out.append((node.token, parent))
+            here = len(out) - 1
+            stack.extend((c, here) for c in sorted(node.children.values(), key=lambda c: c.stamp))
+        return out
+
     def breadth_first(self, limit: int) -> list[tuple[int, int]]:
         """Up to ``limit`` (token, parent index) pairs in breadth-first order, recent children first; parent
         index -1 is the key itself. A parent always comes before its children."""

@@ -42,15 +42,17 @@ class InModelDrafter(Speculator):
         if self.settings["rows"] == "auto" and self.budget is None:
             from ..budget import sane_curve
 
-            self.budget = OnlineBudget(sane_curve(lm), AUTO_SIZES)
+            self.cost = sane_curve(lm)
+            self.budget = OnlineBudget(self.cost.short, AUTO_SIZES)
 
-    def step_rows(self) -> int:
-        """The row budget of the next step."""
+    def step_rows(self, context: list[int]) -> int:
+        """The row budget of the next step, verified after ``len(context) - 1`` cached tokens."""
         rows = self.settings["rows"]
         if rows != "auto":
             return rows
         if self.budget is None:  # never bound to a model: behave like the middle size
             return AUTO_SIZES[0]
+        self.budget.curve = self.cost.at(len(context) - 1)
         return self.budget.choose()
 
     def plain(self, context: list[int], rows: int) -> Draft:

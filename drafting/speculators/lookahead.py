@@ -51,7 +51,7 @@ class Lookahead(InModelDrafter):
             self.pool.seed(context, s["n"])
 
     def propose(self, context: list[int]) -> Draft:
-        budget = self.step_rows()
+        budget = self.step_rows(context)
         if budget <= 1:
             return self.plain(context, budget)
         root = context[-1]

@@ -109,7 +109,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
 
     # --- propose ----------------------------------------------------------------------------------------
     def propose(self, context: list[int]) -> Draft:
-        budget = self.step_rows()
+        budget = self.step_rows(context)
         if budget <= 1:
             return self.plain(context, budget)
         s = self.settings
@@ -119,7 +119,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
         trie = self.pool.get(context[-1])
         if trie is not None and guess_cap > 0:
             idx = []
-            for tok, parent in trie.breadth_first(guess_cap):
+            for tok, parent in trie.path_first(guess_cap):
                 idx.append(tree.add(tok, 0 if parent < 0 else idx[parent], GUESS))
         rows, sent, desc = self._rows(len(tree), budget - len(tree))
         self._sent = sent

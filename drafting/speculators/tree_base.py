@@ -72,12 +72,13 @@ class TreeSpeculator(Speculator):
         self.table = AdjacencyTable(k=s.get("k_table", self.table_k), bigram=s.get("bigram", True))
         self.matcher = SpineMatcher()
         self.acceptance = AcceptanceStats()
-        self.curve = None  # verify cost curve, set by bind() when budget=auto
+        self.curve = None  # verify cost curves (drafting.cost.PrefixCost), set by bind() when budget=auto
         self.overhead_s = 0.0  # EMA of the speculator's own time per step (propose + observe)
         self.counts: Counter = Counter()
         self._keys: list | None = None  # per node of the last proposed draft
         self._last: Draft | None = None
         self._before_root = -1
+        self._prefix_len = 0
         self._t_propose = 0.0
         self._cache_path: Path | None = None
         if s.get("cache"):
@@ -135,6 +136,7 @@ class TreeSpeculator(Speculator):
     def propose(self, context: list[int]) -> Draft:
         t0 = time.perf_counter()
         self._before_root = context[-2] if len(context) > 1 else -1
+        self._prefix_len = len(context) - 1  # tokens cached when this draft is verified
         cand = self.candidates(context)
         tree, keys = cand.tree, cand.keys
         info = dict(cand.info)
@@ -154,7 +156,8 @@ class TreeSpeculator(Speculator):
             q = self.acceptance.estimate(cand.keys[i], cand.priors[i])
             probs[i] = probs[tree.parents[i]] * q
         order = best_first(tree.parents, probs) if cand.best_first else list(range(1, len(tree)))
-        n = best_prefix([probs[i] for i in order], self.curve, self.overhead_s)
+        curve = self.curve.at(self._prefix_len)
+        n = best_prefix([probs[i] for i in order], curve, self.overhead_s)
         keep = sorted(order[:n])
         out = DraftTree(tree.tokens[0])
         remap = {0: 0}
