@@ -98,7 +98,7 @@ def auto_choice(device: str) -> tuple[str, str]:
     dt = str(resolve_dtype("auto", dev)).replace("torch.", "")
     if dev.type == "cuda":
         return dt, "on CUDA auto picks bfloat16: tensor cores make it much faster than float32; outputs are identical to `ar` up to near-ties."
-    return dt, "on CPU auto picks float32 with oneDNN-packed weights: the exact-reference mode whose tree verification matches plain decoding token for token; faster modes are opt-in."
+    return dt, "on CPU auto picks float32 (with oneDNN-packed weights), the exact-reference mode whose tree verification matches plain decoding token for token; faster modes are opt-in."
 
 
 def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES, prefix: int = DEFAULT_PREFIX,
