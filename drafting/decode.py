@@ -108,8 +108,9 @@ class Decoder:
         context = list(prompt_ids)
         spec.reset(list(context))
         if len(context) > 1:
-            logits = self.forward.prefill(context[:-1], cache)
-            spec.observe_prefill(context[:-1], logits)
+            rows = spec.prefill_logit_rows
+            logits = self.forward.prefill(context[:-1], cache, rows)
+            spec.observe_prefill(context[:-1], None if rows == 0 else logits)
         result.prefill_s = time.perf_counter() - t_start
         step = 0
         while True:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .tree import Draft, DraftTree, step_inputs
@@ -14,14 +16,18 @@ class Forward:
         self.model = model
         self.dtype = dtype
         self.device = device
+        self.can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @torch.inference_mode()
-    def prefill(self, ids: list[int], cache) -> torch.Tensor:
-        """Run ``ids`` as a causal block after the cached prefix; return logits (len(ids), V)."""
+    def prefill(self, ids: list[int], cache, logit_rows: int | None = None) -> torch.Tensor:
+        """Run ``ids`` as a causal block after the cached prefix; return the logits of its last ``logit_rows``
+        positions (None = all; at least the last one), the output layer running on those rows only."""
         start = cache.get_seq_length()
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         pos = torch.arange(start, start + len(ids), device=self.device)[None]
-        out = self.model(input_ids=x, position_ids=pos, cache=cache, use_cache=True)
+        trim = logit_rows is not None and logit_rows < len(ids) and self.can_trim_logits
+        keep = {"logits_to_keep": max(1, logit_rows)} if trim else {}
+        out = self.model(input_ids=x, position_ids=pos, cache=cache, use_cache=True, **keep)
         return out.logits[0]
 
     @torch.inference_mode()

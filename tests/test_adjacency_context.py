@@ -61,6 +61,14 @@ def test_tree_rows_are_keyed_by_node_token_and_parent_token():
     assert table.successors(-1, 8)[0].tolist() == [10]
 
 
+def test_prefill_harvest_of_the_last_positions_only():
+    table = AdjacencyTable(k=2)
+    table.harvest_prefill([1, 5, 2], torch.stack([row({2: 2.0, 8: 1.0}), row({3: 2.0, 4: 1.0})]))  # logits of 5, 2
+    assert table.successors(-1, 1)[0].tolist() == []
+    assert table.successors(1, 5)[0].tolist() == [2, 8]
+    assert table.successors(5, 2)[0].tolist() == [3, 4]
+
+
 def test_save_and_load_round_trip(tmp_path):
     table = AdjacencyTable(k=2)
     table.harvest_prefill([1, 5, 2], torch.stack([row({5: 2.0, 0: 1.0}), row({2: 2.0, 8: 1.0}), row({3: 2.0, 4: 1.0})]))

@@ -100,7 +100,10 @@ class AdjacencyTable:
                 self.bi_score[slots] = score[known]
 
     def harvest_prefill(self, ids: list[int], logits: torch.Tensor) -> None:
-        self.harvest(ids, [-1] + list(ids[:-1]), logits)
+        """``logits`` are those of the last ``len(logits)`` positions of ``ids``."""
+        n = min(len(ids), int(logits.shape[0]))
+        prev = [-1] + list(ids[:-1])
+        self.harvest(ids[len(ids) - n :], prev[len(ids) - n :], logits[-n:] if n else logits[:0])
 
     def harvest_tree(self, tree, before_root: int, logits: torch.Tensor) -> None:
         """Tree rows: node i's logits follow ``tokens[i]`` given its ancestors; its predecessor is its parent's

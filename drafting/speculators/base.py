@@ -51,8 +51,15 @@ class Speculator:
     def reset(self, context: list[int]) -> None:
         """A new generation starts with this prompt (its last token is the first root)."""
 
-    def observe_prefill(self, ids: list[int], logits: torch.Tensor) -> None:
-        """Logits of the prefill: row i predicts the token after ids[i]."""
+    @property
+    def prefill_logit_rows(self) -> int | None:
+        """How many of the prefill's last positions ``observe_prefill`` reads logits for (None = all, 0 = none).
+        Each costs the output layer over the vocabulary, so a speculator asks only for what it uses."""
+        return 0
+
+    def observe_prefill(self, ids: list[int], logits: torch.Tensor | None) -> None:
+        """Logits of the last ``len(logits)`` prefill positions (None when ``prefill_logit_rows`` is 0): row i
+        predicts the token after ``ids[len(ids) - len(logits) + i]``."""
 
     def propose(self, context: list[int]) -> Draft:
         raise NotImplementedError

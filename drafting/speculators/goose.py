@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
 from .base import Option, StepResult
-from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, score_bucket
+from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
 EMA_ALPHA = 0.3
 
@@ -134,6 +134,7 @@ class Goose(TreeSpeculator):
         "bigram": Option(True, "consult the (previous, token) bigram tier of the adjacency table first", bool),
         "confidence": Option(True, "confidence-adaptive budget, spine ratio and bypass (off = fixed, ablation)", bool),
         "harvest": Option(True, "harvest the prefill's logits into the adjacency table (off = ablation)", bool),
+        "harvest_window": harvest_window_option(),
         "k": Option(10, "adjacency successors kept per token", int),
         "min_score": Option(0.01, "drop adjacency successors scoring below this", float),
         "depth": Option(6, "deepest branch level", int),

@@ -11,7 +11,7 @@ from collections import deque
 from ..tree import ADJACENCY, CONTEXT, DraftTree
 from .base import Option
 from .goose import spine_key, spine_prior
-from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, score_bucket
+from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
 
 def build_kary_tree(root: int, before_root: int, chain: list[int], conf: float, budget: int, table, *, k: int = 3,
@@ -51,6 +51,7 @@ class Isotropic(TreeSpeculator):
         "budget": budget_option("60 = GOOSE's 60 + 40·confidence"),
         "bigram": Option(True, "consult the (previous, token) bigram tier of the adjacency table first", bool),
         "harvest": Option(True, "harvest the prefill's logits into the adjacency table", bool),
+        "harvest_window": harvest_window_option(),
         "min_score": Option(0.01, "drop adjacency successors scoring below this", float),
         "cache": cache_option(),
     }

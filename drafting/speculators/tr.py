@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..tree import ADJACENCY, DraftTree
 from .base import Option
-from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, score_bucket
+from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
 LEVELS = (8, 21, 25, 15, 8, 3)
 # rough acceptance of the r-th ranked successor; only its ordering shapes the template
@@ -70,6 +70,7 @@ class TokenRecycling(TreeSpeculator):
         "budget": budget_option("80 = the published static tree"),
         "bigram": Option(False, "consult a (previous, token) bigram tier first (GOOSE's addition; TR has none)", bool),
         "harvest": Option(True, "harvest the prefill's logits into the adjacency table", bool),
+        "harvest_window": harvest_window_option(),
         "cache": cache_option(),
     }
 

@@ -54,6 +54,13 @@ def cache_option() -> Option:
     return Option("", "adjacency table file: loaded when present, saved after each answer (warm starts)", str)
 
 
+def harvest_window_option() -> Option:
+    return Option(
+        128, "prefill positions harvested, the last N (0 = every one): each costs the output layer over the "
+        "vocabulary, which after a long prompt costs more than the extra table rows gain on a CPU", int,
+    )
+
+
 def budget_option(paper: str) -> Option:
     return Option(
         "auto", f"draft nodes per step: a number ({paper}) or auto = as many as pay on this hardware's "
@@ -126,8 +133,15 @@ class TreeSpeculator(Speculator):
         self.matcher.reset(context)
         self._last = None
 
+    @property
+    def prefill_logit_rows(self) -> int | None:
+        if not self.settings.get("harvest", True):
+            return 0
+        window = int(self.settings.get("harvest_window", 0))
+        return window if window > 0 else None
+
     def observe_prefill(self, ids: list[int], logits) -> None:
-        if self.settings.get("harvest", True):
+        if logits is not None and self.settings.get("harvest", True):
             self.table.harvest_prefill(ids, logits)
 
     def candidates(self, context: list[int]) -> Candidates:
