@@ -9,7 +9,8 @@ one-token step from ~38 ms (fp32) / ~22 ms (bf16) to ~13 ms. The activation scal
 of a call, so a tree pass rounds differently from a one-row pass: int8 is a low-precision mode ("identical up
 to ties"), like bf16. Per-row activation scales were built and measured and do not fix it: float32 attention and
 norms already differ by ~1e-7 between a one-row and a tree pass, which is enough to move an activation across an
-int8 rounding boundary, and such flips grow layer by layer (logits ~4 apart at the end on SmolLM2-135M). torch's weight-only int8 kernel (``_weight_int8pack_mm``) was measured too: ~15 ms a
+int8 rounding boundary, and such flips grow layer by layer (logits ~4 apart at the end on SmolLM2-135M).
+torch's weight-only int8 kernel (``_weight_int8pack_mm``) was measured too: ~15 ms a
 step in bf16 but 3-4x steeper with more rows, so it is not offered.
 """
 
