@@ -56,11 +56,14 @@ def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None
 
 
 def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
-    """Return ``net`` with the weight format applied (``float`` returns it unchanged)."""
-    if weights in ("float", "auto"):
+    """Return ``net`` with a concrete weight format applied (``float`` returns it unchanged; resolve ``auto``
+    with ``resolve_format`` first, which knows the device and dtype)."""
+    if weights == "float":
         return net
     if weights == "onednn":
         return onednn_linear.pack_linear_layers(net)
+    if weights != "int8":
+        raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
     with warnings.catch_warnings():  # torch announces the move of eager quantisation to torchao on every call
         warnings.simplefilter("ignore")
         from torch.ao.quantization import quantize_dynamic

@@ -92,7 +92,7 @@ def test_auto_weights_pick_onednn_only_for_float32_on_cpu():
 
 
 def test_bad_weight_formats_are_one_sentence():
-    from drafting.weights import WeightsError, check_format
+    from drafting.weights import WeightsError, apply_weights, check_format
 
     cpu = torch.device("cpu")
     with pytest.raises(WeightsError, match="Unknown weight format"):
@@ -100,6 +100,8 @@ def test_bad_weight_formats_are_one_sentence():
     with pytest.raises(WeightsError, match="float32"):
         check_format("int8", cpu, torch.bfloat16)
     check_format("int8", cpu, torch.float32)
+    with pytest.raises(WeightsError, match="concrete"):
+        apply_weights(torch.nn.Linear(2, 2), "auto")
 
 
 def test_doctor_bad_input_is_one_sentence():
