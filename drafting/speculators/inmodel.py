@@ -35,6 +35,7 @@ class InModelDrafter(Speculator):
             raise SpecError(f"{self.name} needs rows >= 1 (1 = plain steps) or rows=auto.")
         self.eos: set[int] = set()
         self.budget: OnlineBudget | None = None
+        self.cost = None  # verify cost curves (drafting.cost.PrefixCost), set by bind() when rows=auto
         self.counts = {"steps": 0, "plain_steps": 0, "draft_rows": 0, "guess_nodes": 0, "accepted": 0}
 
     def bind(self, lm) -> None:

@@ -85,7 +85,6 @@ class TreeSpeculator(Speculator):
         self._keys: list | None = None  # per node of the last proposed draft
         self._last: Draft | None = None
         self._before_root = -1
-        self._prefix_len = 0
         self._t_propose = 0.0
         self._cache_path: Path | None = None
         if s.get("cache"):
@@ -150,12 +149,11 @@ class TreeSpeculator(Speculator):
     def propose(self, context: list[int]) -> Draft:
         t0 = time.perf_counter()
         self._before_root = context[-2] if len(context) > 1 else -1
-        self._prefix_len = len(context) - 1  # tokens cached when this draft is verified
         cand = self.candidates(context)
         tree, keys = cand.tree, cand.keys
         info = dict(cand.info)
         if self.auto and self.curve is not None and len(tree) > 1:
-            tree, keys = self._select(cand)
+            tree, keys = self._select(cand, len(context) - 1)  # tokens cached when it is verified
             info["budget"] = len(tree) - 1
         info["route"] = route_of(tree)
         draft = Draft(tree=tree, info=info)
@@ -163,15 +161,14 @@ class TreeSpeculator(Speculator):
         self._t_propose = time.perf_counter() - t0
         return draft
 
-    def _select(self, cand: Candidates) -> tuple[DraftTree, list]:
+    def _select(self, cand: Candidates, cached: int) -> tuple[DraftTree, list]:
         tree = cand.tree
         probs = [1.0] * len(tree)
         for i in range(1, len(tree)):
             q = self.acceptance.estimate(cand.keys[i], cand.priors[i])
             probs[i] = probs[tree.parents[i]] * q
         order = best_first(tree.parents, probs) if cand.best_first else list(range(1, len(tree)))
-        curve = self.curve.at(self._prefix_len)
-        n = best_prefix([probs[i] for i in order], curve, self.overhead_s)
+        n = best_prefix([probs[i] for i in order], self.curve.at(cached), self.overhead_s)
         keep = sorted(order[:n])
         out = DraftTree(tree.tokens[0])
         remap = {0: 0}
