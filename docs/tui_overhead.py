@@ -38,7 +38,6 @@ class TerminalStandIn(headless_driver.HeadlessDriver):
     _out = os.open(os.devnull, os.O_WRONLY)
     written = 0  # bytes, all apps together
 
-
     @property
     def is_headless(self) -> bool:
         return False
