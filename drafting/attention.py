@@ -4,8 +4,11 @@ transformers' SDPA path, given an explicit mask and more than one query row (eve
 repeats each key/value head once per query head in its group: for SmolLM2-135M (9 query heads, 3 KV heads)
 that copies the whole cache three times in every layer, every step, and at 2,000 cached tokens it made a
 two-row step cost ~1.4x a one-row step. Here the query heads of a group are stacked along the row axis
-instead (the mask, shared by all heads, is stacked with them), so attention reads the cache as it is. One-row
-steps, masks that differ per head and other models take transformers' path unchanged.
+instead (the mask, shared by all heads, is stacked with them), so attention reads the cache as it is.
+One-row steps without a mask (plain decoding) are stacked too: there transformers asks torch for grouped
+attention (``enable_gqa``), whose bfloat16 CPU kernel took 100 us a layer at 256 cached tokens and 640 us at
+1,500, against 21 and 96 us stacked, with the same result. Causal blocks without a mask (prefill), masks that
+differ per head and other models take transformers' path unchanged.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ NAME = "goose_grouped_sdpa"
 def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, rows, dim = query.shape
-    if (groups == 1 or rows == 1 or attention_mask is None or attention_mask.dim() != 4
-            or attention_mask.shape[1] != 1 or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None):
+    one_mask = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] == 1
+    unmasked_row = attention_mask is None and rows == 1  # a plain decoding step: nothing to mask, nothing causal
+    if (groups == 1 or not (one_mask or unmasked_row)
+            or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     # head h = g * groups + r reads KV head g; stack its query rows as r * rows + i
     stacked = query.reshape(batch, heads // groups, groups * rows, dim)
-    mask = attention_mask.repeat(1, 1, groups, 1)
+    mask = attention_mask.repeat(1, 1, groups, 1) if one_mask else None
     out = torch.nn.functional.scaled_dot_product_attention(stacked, key, value, attn_mask=mask, dropout_p=dropout,
                                                            scale=scaling)
     return out.reshape(batch, heads, rows, dim).transpose(1, 2).contiguous(), None

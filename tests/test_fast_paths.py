@@ -27,6 +27,17 @@ def test_grouped_attention_equals_transformers_repeat_path():
     assert torch.allclose(got, want, atol=1e-6)
 
 
+def test_one_unmasked_row_is_stacked_and_equals_transformers_path():
+    torch.manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
+        q, k, v = (torch.randn(1, 9, 1, 16, dtype=dtype), torch.randn(1, 3, 40, 16, dtype=dtype),
+                   torch.randn(1, 3, 40, 16, dtype=dtype))
+        got, _ = grouped_sdpa(_Module(), q, k, v, None, scaling=0.25)
+        want, _ = sdpa_attention_forward(_Module(), q, k, v, None, scaling=0.25)
+        assert got.shape == want.shape == (1, 1, 9, 16)
+        assert torch.allclose(got.float(), want.float(), atol=tol)
+
+
 def test_tiny_test_model_runs_the_grouped_path(tiny_lm):
     assert tiny_lm.model.config._attn_implementation == NAME
 
