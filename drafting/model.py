@@ -46,7 +46,7 @@ class LoadedModel:
 
     @property
     def mode(self) -> str:
-        """dtype and weight format, e.g. ``float32`` or ``float32+int8``."""
+        """dtype and weight format, e.g. ``float32`` or ``bfloat16+int8``."""
         dt = str(self.dtype).replace("torch.", "")
         return dt if self.weights == "float" else f"{dt}+{self.weights}"
 
@@ -153,6 +153,8 @@ def load_model(
     _quiet_transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    if dtype == "auto" and weights == "int8":
+        dt = torch.bfloat16  # the only dtype int8 weights compute in
     try:
         weights = "float" if device_map and weights == "auto" else resolve_format(weights, dev, dt)
     except WeightsError as exc:

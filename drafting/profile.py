@@ -71,7 +71,7 @@ def available_modes(device: torch.device) -> list[Mode]:
 
 
 def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
-    """``float32,bfloat16,float32+int8`` -> modes; None or ``all`` = every mode available on the device."""
+    """``float32,bfloat16,bfloat16+int8`` -> modes; None or ``all`` = every mode available on the device."""
     if text is None or text.strip() == "all":
         return available_modes(device)
     out = []
@@ -88,7 +88,7 @@ def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
             raise ModelError(f"Mode {part!r} cannot run here: {exc}") from None
         out.append(Mode(dt, w))
     if not out:
-        raise ModelError("No mode given; name at least one, e.g. float32,bfloat16,float32+int8.")
+        raise ModelError("No mode given; name at least one, e.g. float32,bfloat16,bfloat16+int8.")
     return out
 
 

@@ -1,26 +1,26 @@
 """Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
-float weights pre-packed for oneDNN, see drafting.onednn_linear), ``int8`` (dynamic int8 Linear layers), or
+float weights pre-packed for oneDNN, see drafting.onednn_linear), ``int8`` (weight-only int8 layers, bfloat16 between them), or
 ``auto``: ``onednn`` for float32 on a CPU whose torch has oneDNN (faster and no less exact), else ``float``.
 
-``int8`` replaces every ``nn.Linear`` with torch's dynamically quantised version (int8 weights, activations
-quantised per call, fbgemm/onednn CPU kernels). It is applied inside ``load_model`` so plain decoding and
-every speculator verify with the same network; measured on a 2-core AVX-512 CPU with SmolLM2-135M it cut a
-one-token step from ~38 ms (fp32) / ~22 ms (bf16) to ~13 ms. The activation scale is computed over all rows
-of a call, so a tree pass rounds differently from a one-row pass: int8 is a low-precision mode ("identical up
-to ties"), like bf16. Per-row activation scales were built and measured and do not fix it: float32 attention and
-norms already differ by ~1e-7 between a one-row and a tree pass, which is enough to move an activation across an
-int8 rounding boundary, and such flips grow layer by layer (logits ~4 apart at the end on SmolLM2-135M).
-torch's weight-only int8 kernel (``_weight_int8pack_mm``) was measured too: ~15 ms a
-step in bf16 but 3-4x steeper with more rows, so it is not offered.
+``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.int8_linear): int8 weights, one
+scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
+speculator verify with the same network; measured on a 2-core AVX-512 CPU with SmolLM2-135M it cut a one-token
+step from ~22 ms (bf16) to ~12 ms. Being bfloat16 between its layers, it is a low-precision mode ("identical up
+to ties"), like bf16.
+
+Dynamically quantised int8 layers (torch's ``quantize_dynamic``: activations rounded to int8 too) were built and
+measured first: faster for wide trees (13 ms one row, 20 ms for 16) but not identical to plain decoding even up
+to ties. The float32 parts of a tree pass (attention, norms) differ from a one-row pass by ~1e-7, enough to move
+an activation across an int8 rounding boundary, and such flips grow layer by layer (logits ~4 apart at the end
+on SmolLM2-135M; per-row activation scales did not help). A format that breaks the lossless promise is not
+offered.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
-from . import onednn_linear
+from . import int8_linear, onednn_linear
 
 FORMATS = ("auto", "float", "onednn", "int8")
 
@@ -49,10 +49,10 @@ def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None
     if weights == "int8":
         if device.type != "cpu":
             raise WeightsError("--weights int8 uses torch's CPU int8 kernels; use it with --device cpu.")
-        if dtype != torch.float32:
-            raise WeightsError("--weights int8 computes in float32 between its int8 layers; use it with --dtype float32 (or auto).")
-        if not torch.backends.quantized.supported_engines or torch.backends.quantized.supported_engines == ["none"]:
-            raise WeightsError("This torch build has no quantised CPU engine, so --weights int8 cannot run here.")
+        if dtype != torch.bfloat16:
+            raise WeightsError("--weights int8 computes in bfloat16 between its int8 weights; use it with --dtype bfloat16 (or auto).")
+        if not int8_linear.available():
+            raise WeightsError("This torch build has no weight-only int8 CPU kernel, so --weights int8 cannot run here.")
 
 
 def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
@@ -62,10 +62,6 @@ def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
         return net
     if weights == "onednn":
         return onednn_linear.pack_linear_layers(net)
-    if weights != "int8":
-        raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
-    with warnings.catch_warnings():  # torch announces the move of eager quantisation to torchao on every call
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
-
-        return quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    if weights == "int8":
+        return int8_linear.quantize_linear_layers(net)
+    raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")

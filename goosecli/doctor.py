@@ -19,7 +19,7 @@ def doctor(
     device: Device = "auto",
     modes: Annotated[
         Optional[str],
-        typer.Option("--modes", help="Comma-separated modes to measure, DTYPE[+WEIGHTS], e.g. 'float32,bfloat16,float32+int8'; default: every mode this device offers."),
+        typer.Option("--modes", help="Comma-separated modes to measure, DTYPE[+WEIGHTS], e.g. 'float32,bfloat16,bfloat16+int8'; default: every mode this device offers."),
     ] = None,
     prefix: Annotated[int, typer.Option("--prefix", help="Tokens already in the KV cache when the forwards are timed (also the prefill length timed).", min=1)] = 256,
     max_rows: Annotated[int, typer.Option("--max-rows", help="Largest forward of the cost curve (powers of two from 1 up to this).", min=1, max=1024)] = 128,

@@ -48,17 +48,42 @@ def test_ar_margins_match_a_full_forward(tiny_lm):
     assert Decoder(lm, create("ar")).generate(prompt, 5).margins is None  # off unless asked
 
 
+def test_int8_layer_multiplies_by_its_rounded_weights():
+    from drafting.int8_linear import Int8WeightLinear, available
+
+    if not available():
+        pytest.skip("this torch build has no weight-only int8 CPU kernel")
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(64, 48, bias=True).to(torch.bfloat16)
+    layer = Int8WeightLinear(dense)
+    assert layer.qweight.dtype == torch.int8 and layer.qweight.abs().max() == 127  # each row's largest weight
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    rounded = layer.qweight.float() * layer.scales.float()[:, None]
+    want = x.float() @ rounded.T + dense.bias.float()
+    assert torch.allclose(layer(x).float(), want, atol=0.05, rtol=0.02)
+    # the rounding itself stays within half a step of each row's scale
+    assert (rounded - dense.weight.float()).abs().max() <= 0.5 * layer.scales.float().max() + 1e-3
+
+
 def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from drafting.decode import Decoder
+    from drafting.int8_linear import available
     from drafting.model import LoadedModel
     from drafting.speculators import create
     from drafting.weights import apply_weights
 
-    net = apply_weights(copy.deepcopy(tiny_lm.model), "int8")
+    if not available():
+        pytest.skip("this torch build has no weight-only int8 CPU kernel")
+    net = apply_weights(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
-    lm = LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.float32,
+    lm = LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,
                      eos_ids={127}, max_context=512, weights="int8")
-    assert lm.vocab_size == 128 and lm.mode == "float32+int8"
+    assert lm.vocab_size == 128 and lm.mode == "bfloat16+int8"
+    ids = torch.tensor([[5, 17, 33, 2, 90, 41]])
+    with torch.inference_mode():
+        got = net(ids).logits[0].float()
+        want = tiny_lm.model(ids).logits[0]
+    assert (got - want).abs().max() < 0.1 * want.abs().max()  # the same network, its weights rounded
     out = Decoder(lm, create("ar")).generate([5, 17, 33, 2], 12).output_ids
     assert len(out) >= 1 and all(0 <= t < 128 for t in out)
 
@@ -88,7 +113,7 @@ def test_auto_weights_pick_onednn_only_for_float32_on_cpu():
     assert resolve_format("auto", cpu, torch.float32) == fast
     assert resolve_format("auto", cpu, torch.bfloat16) == "float"
     assert resolve_format("auto", torch.device("cuda"), torch.float32) == "float"
-    assert resolve_format("int8", cpu, torch.float32) == "int8"
+    assert resolve_format("int8", cpu, torch.bfloat16) == "int8"
 
 
 def test_bad_weight_formats_are_one_sentence():
@@ -97,15 +122,15 @@ def test_bad_weight_formats_are_one_sentence():
     cpu = torch.device("cpu")
     with pytest.raises(WeightsError, match="Unknown weight format"):
         check_format("int4", cpu, torch.float32)
-    with pytest.raises(WeightsError, match="float32"):
-        check_format("int8", cpu, torch.bfloat16)
-    check_format("int8", cpu, torch.float32)
+    with pytest.raises(WeightsError, match="bfloat16"):
+        check_format("int8", cpu, torch.float32)
+    check_format("int8", cpu, torch.bfloat16)
     with pytest.raises(WeightsError, match="concrete"):
         apply_weights(torch.nn.Linear(2, 2), "auto")
 
 
 def test_doctor_bad_input_is_one_sentence():
-    for args, phrase in ((["--modes", "float64"], "Unknown dtype"), (["--modes", "bfloat16+int8"], "cannot run here"),
+    for args, phrase in ((["--modes", "float64"], "Unknown dtype"), (["--modes", "float32+int8"], "cannot run here"),
                          (["--device", "tpu"], "Unknown device"), (["--model", "./nowhere"], "does not exist")):
         proc = goose("doctor", *args, timeout=60)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
@@ -122,14 +147,14 @@ def test_every_doctor_option_has_help():
 @pytest.mark.slow
 def test_doctor_measures_each_mode(tmp_path):
     out = tmp_path / "doctor.json"
-    proc = goose("doctor", "--modes", "float32,bfloat16,float32+int8", "--max-rows", "8", "--repeats", "1",
+    proc = goose("doctor", "--modes", "float32,bfloat16,bfloat16+int8", "--max-rows", "8", "--repeats", "1",
                  "--prefix", "32", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
-    assert [m["mode"] for m in doc["modes"]] == ["float32", "bfloat16", "float32+int8"]
+    assert [m["mode"] for m in doc["modes"]] == ["float32", "bfloat16", "bfloat16+int8"]
     for m in doc["modes"]:
         assert m["error"] is None and m["sizes"] == [1, 2, 4, 8] and all(s > 0 for s in m["seconds"])
-    assert doc["auto"]["dtype"] == "float32" and doc["fastest"] in ("float32", "bfloat16", "float32+int8")
+    assert doc["auto"]["dtype"] == "float32" and doc["fastest"] in ("float32", "bfloat16", "bfloat16+int8")
     assert "--dtype auto picks float32" in proc.stdout
 
 
@@ -162,9 +187,9 @@ def test_bench_low_precision_reports_margins_and_llama_cpp_rows(tmp_path):
             assert doc["summary"][name]["identical"] is None
 
 
-def test_int8_refuses_bfloat16_from_the_cli(tmp_path):
+def test_int8_refuses_float32_from_the_cli(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text(PROMPT + "\n")
-    proc = goose("bench", str(path), "--dtype", "bfloat16", "--weights", "int8", timeout=120)
+    proc = goose("bench", str(path), "--dtype", "float32", "--weights", "int8", timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "--weights int8" in proc.stderr

@@ -15,7 +15,7 @@ from drafting.weights import WeightsError, check_format
 
 def _int8_runs_here() -> bool:
     try:
-        check_format("int8", torch.device("cpu"), torch.float32)
+        check_format("int8", torch.device("cpu"), torch.bfloat16)
     except WeightsError:
         return False
     return True
@@ -25,8 +25,8 @@ def _int8_runs_here() -> bool:
 def test_weights_option_is_checked_before_loading(command, args):
     bad = run_goose(command, *args, "--weights", "int4", timeout=60)
     assert bad.returncode != 0 and "Unknown weight format 'int4'" in bad.stderr and "Traceback" not in bad.stderr
-    clash = run_goose(command, *args, "--weights", "int8", "--dtype", "bfloat16", timeout=60)
-    assert clash.returncode != 0 and "--dtype float32" in clash.stderr and "Traceback" not in clash.stderr
+    clash = run_goose(command, *args, "--weights", "int8", "--dtype", "float32", timeout=60)
+    assert clash.returncode != 0 and "--dtype bfloat16" in clash.stderr and "Traceback" not in clash.stderr
 
 
 @pytest.mark.slow
