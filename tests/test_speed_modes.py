@@ -49,7 +49,7 @@ def test_ar_margins_match_a_full_forward(tiny_lm):
 
 
 def test_int8_layer_multiplies_by_its_rounded_weights():
-    from drafting.int8_linear import Int8WeightLinear, available
+    from drafting.int8_linear import DENSE_ROWS, Int8WeightLinear, available
 
     if not available():
         pytest.skip("this torch build has no weight-only int8 CPU kernel")
@@ -63,6 +63,10 @@ def test_int8_layer_multiplies_by_its_rounded_weights():
     assert torch.allclose(layer(x).float(), want, atol=0.05, rtol=0.02)
     # the rounding itself stays within half a step of each row's scale
     assert (rounded - dense.weight.float()).abs().max() <= 0.5 * layer.scales.float().max() + 1e-3
+    # prompts (more than DENSE_ROWS rows) take the dense path over the same weights: the same rows, up to bf16
+    many = torch.randn(DENSE_ROWS + 3, 64, dtype=torch.bfloat16)
+    by_kernel = torch.cat([layer(chunk) for chunk in many.split(DENSE_ROWS)])
+    assert torch.allclose(layer(many).float(), by_kernel.float(), atol=0.05, rtol=0.02)
 
 
 def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
