@@ -20,16 +20,18 @@ import heapq
 from typing import Callable, Iterable, Sequence
 
 
-def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max_nodes: int | None = None) -> int:
+def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max_nodes: int | None = None,
+                riders: int = 0) -> int:
     """Number of leading candidates (0 = a plain one-row step) that maximises expected tokens per second.
 
-    ``curve`` needs ``time(rows) -> seconds`` (``drafting.cost.CostCurve``)."""
+    ``curve`` needs ``time(rows) -> seconds`` (``drafting.cost.CostCurve``); ``riders`` rows that earn nothing
+    this step (PTD's draft rows) ride along whenever at least one candidate is drafted."""
     n_max = len(path_probs) if max_nodes is None else min(len(path_probs), max_nodes)
     best_n, best_rate = 0, 1.0 / (overhead_s + curve.time(1))
     gain = 1.0
     for n in range(1, n_max + 1):
         gain += path_probs[n - 1]
-        rate = gain / (overhead_s + curve.time(n + 1))
+        rate = gain / (overhead_s + curve.time(n + 1 + riders))
         if rate > best_rate:
             best_n, best_rate = n, rate
     return best_n

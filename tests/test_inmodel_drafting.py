@@ -129,6 +129,32 @@ def test_lookahead_columns_slide_and_feed_the_pool():
     assert tree.tokens[:3] == [10, 11, 12]  # the pool's n-gram for the root is verified
 
 
+def test_ptd_auto_verifies_only_the_guesses_that_pay():
+    from drafting.cost import PrefixCost
+    from drafting.speculators.ptd import guess_key
+
+    text = [5, 6, 7, 8, 9, 10, 11]
+    ptd = create("ptd")
+    ptd.cost = PrefixCost(CPU_CURVE)  # as bind() sets it: the steep CPU curve
+    ptd.reset(text)  # seeds the pool: 6 -> 7 8 9, ...
+    assert ptd.propose(text + [99]).info["route"] == "plain"  # nothing known after 99
+    # fresh estimates (0.3 for a first guess) do not pay for 1.6x the cost of a one-row step
+    assert ptd.propose(text + [6]).info["route"] == "plain"
+    for _ in range(40):  # the target took every first and second guess so far
+        ptd.acceptance.update(guess_key(1, 0), True)
+        ptd.acceptance.update(guess_key(2, 0), True)
+        ptd.acceptance.update(guess_key(3, 0), True)
+    draft = ptd.propose(text + [6])
+    assert draft.info["route"] == "tree" and draft.tree.tokens[1:4] == [7, 8, 9]
+    assert draft.info["draft_rows"] >= 1  # the forest rides along
+    # a step whose guesses were tested updates the estimates: a rejected first guess lowers it
+    before = ptd.acceptance.estimate(guess_key(1, 0), 0.3)
+    logits = torch.zeros(draft.size, 128)
+    logits[0, 50] = 1.0  # the target wanted 50, not the guess 7
+    ptd.observe(draft, StepResult(logits=logits, accepted=[0], emitted=[50], prefix_len=len(text)))
+    assert ptd.acceptance.estimate(guess_key(1, 0), 0.3) < before
+
+
 def test_rows_option_checks():
     with pytest.raises(SpecError):
         create("ptd:rows=0")

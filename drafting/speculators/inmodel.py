@@ -26,6 +26,8 @@ ROWS_OPTION = Option(
 class InModelDrafter(Speculator):
     """Base for speculators whose drafts are argmaxes of extra rows in the verification pass."""
 
+    online_budget = True  # rows=auto picks among AUTO_SIZES by measured tokens per step (False: the subclass sizes steps itself)
+
     def __init__(self, **settings):
         super().__init__(**settings)
         rows = self.settings["rows"]
@@ -40,11 +42,12 @@ class InModelDrafter(Speculator):
 
     def bind(self, lm) -> None:
         self.eos = set(lm.eos_ids)
-        if self.settings["rows"] == "auto" and self.budget is None:
+        if self.settings["rows"] == "auto" and self.cost is None:
             from ..budget import sane_curve
 
             self.cost = sane_curve(lm)
-            self.budget = OnlineBudget(self.cost.short, AUTO_SIZES)
+            if self.online_budget:
+                self.budget = OnlineBudget(self.cost.short, AUTO_SIZES)
 
     def step_rows(self, context: list[int]) -> int:
         """The row budget of the next step, verified after ``len(context) - 1`` cached tokens."""

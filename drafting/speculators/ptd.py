@@ -15,7 +15,13 @@ position after its parent. After each step:
 - the oldest slot is dropped once the chain is longer than ``window``.
 
 A new generation starts from two short chains (depth 2) taken from the prompt. The guess tree, verified in
-the same pass, is the trie of the last committed token. Drafts depend only on argmaxes of draft rows, never
+the same pass, is the trie of the last committed token.
+
+``rows=auto`` sizes each step by what its guess tree is expected to earn, with GOOSE's machinery
+(``drafting.budget``): every trie node offered gets an online acceptance estimate keyed by its depth and its
+rank among its siblings, nodes are ranked by path probability, and as many are verified as pay on the measured
+cost curve, with up to ``AUTO_FOREST_ROWS`` draft rows riding along; a step whose guesses do not pay (or whose
+trie is empty) is a plain one-row step. Drafts depend only on argmaxes of draft rows, never
 on which token was emitted, so sampled acceptance stays exact.
 
 ``info["rows"]`` describes the forest as sent (row order): ``tokens``, ``parents`` (row index, -1 for a slot),
@@ -27,12 +33,23 @@ from __future__ import annotations
 
 import random
 
+from ..budget import AcceptanceStats, best_first, best_prefix
 from ..sources.token_trie import TriePool
 from ..tree import Draft, DraftRows, DraftTree
 from .base import Option, StepResult
-from .inmodel import ROWS_OPTION, InModelDrafter
+from .inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
 
 GUESS = "ptd-guess"  # tree source tag: a guess from the candidate pool
+AUTO_FOREST_ROWS = 6  # draft rows sent with a paying guess tree under rows=auto
+
+
+def guess_key(depth: int, rank: int) -> tuple:
+    return ("guess", min(depth, 6), min(rank, 2))
+
+
+def guess_prior(depth: int, rank: int) -> float:
+    """Before any evidence: the latest continuation is likely, an alternative sibling much less."""
+    return (0.3 if depth == 1 else 0.6) if rank == 0 else 0.1
 
 
 class _Node:
@@ -63,6 +80,7 @@ class _Node:
 
 class ProgressiveTreeDrafting(InModelDrafter):
     name = "ptd"
+    online_budget = False  # rows=auto sizes each step from its guesses' estimated acceptance
     summary_line = "progressive draft tree grown in the verification pass + trie candidate pool (PTD), in-model"
     options = {
         "window": Option(4, "first-level slots kept in the Jacobi-like chain (oldest dropped each step)", int),
@@ -87,6 +105,8 @@ class ProgressiveTreeDrafting(InModelDrafter):
         self.slots: list[_Node] = []
         self._sent: list[_Node] = []
         self._text: list[int] = []
+        self.acceptance = AcceptanceStats()
+        self._guess_keys: list | None = None  # per guess-tree node of the last draft (root: None)
 
     # --- state ------------------------------------------------------------------------------------------
     def reset(self, context: list[int]) -> None:
@@ -109,6 +129,9 @@ class ProgressiveTreeDrafting(InModelDrafter):
 
     # --- propose ----------------------------------------------------------------------------------------
     def propose(self, context: list[int]) -> Draft:
+        self._guess_keys = None
+        if self.settings["rows"] == "auto" and self.cost is not None:
+            return self._propose_paying(context)
         budget = self.step_rows(context)
         if budget <= 1:
             return self.plain(context, budget)
@@ -121,6 +144,43 @@ class ProgressiveTreeDrafting(InModelDrafter):
             idx = []
             for tok, parent in trie.path_first(guess_cap):
                 idx.append(tree.add(tok, 0 if parent < 0 else idx[parent], GUESS))
+        return self._with_rows(tree, budget, forest)
+
+    def _propose_paying(self, context: list[int]) -> Draft:
+        """rows=auto: verify the guesses whose estimated path probability pays for their rows (plus the draft
+        rows riding along); a plain step when none does."""
+        budget = AUTO_SIZES[-1]
+        forest = self.forest_size()
+        riders = min(forest, AUTO_FOREST_ROWS)
+        trie = self.pool.get(context[-1])
+        cand = trie.path_first(min(self.settings["guess"], budget - 1 - riders)) if trie is not None else []
+        if not cand:
+            return self.plain(context, 1)
+        parents, probs, keys, depth, kids = [-1], [1.0], [None], [0], [0]
+        for tok, parent in cand:
+            p = parent + 1  # node 0 is the root
+            d, rank = depth[p] + 1, kids[p]
+            kids[p] += 1
+            key = guess_key(d, rank)
+            parents.append(p)
+            depth.append(d)
+            kids.append(0)
+            keys.append(key)
+            probs.append(probs[p] * self.acceptance.estimate(key, guess_prior(d, rank)))
+        order = best_first(parents, probs)
+        curve = self.cost.at(len(context) - 1)
+        n = best_prefix([probs[i] for i in order], curve, riders=riders)
+        if n == 0:
+            return self.plain(context, 1)
+        tree = DraftTree(context[-1])
+        remap = {0: 0}
+        self._guess_keys = [None]
+        for i in sorted(order[:n]):
+            remap[i] = tree.add(cand[i - 1][0], remap[parents[i]], GUESS)
+            self._guess_keys.append(keys[i])
+        return self._with_rows(tree, len(tree) + riders, forest)
+
+    def _with_rows(self, tree: DraftTree, budget: int, forest: int) -> Draft:
         rows, sent, desc = self._rows(len(tree), budget - len(tree))
         self._sent = sent
         info = {"route": "tree", "budget": budget, "guess": len(tree) - 1, "draft_rows": len(sent),
@@ -170,6 +230,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
         top = result.logits.argmax(-1).tolist()  # one host sync for the guess tree and the draft rows
         t = len(draft.tree)
         self._harvest_guesses(draft.tree, top[:t])
+        self._learn_acceptance(draft.tree, result.accepted)
         out = top[t:] if draft.rows else []
         if not out:
             return
@@ -236,6 +297,16 @@ class ProgressiveTreeDrafting(InModelDrafter):
                 for path in node.leaf_paths():
                     self.pool.insert(node.token, path[:depth])
         self.pool.tick()
+
+    def _learn_acceptance(self, tree: DraftTree, accepted: list[int]) -> None:
+        """Each guess node whose parent was accepted was tested against the target: count its outcome."""
+        keys, self._guess_keys = self._guess_keys, None
+        if keys is None or len(keys) != len(tree):
+            return
+        on_path = set(accepted)
+        for i in range(1, len(tree)):
+            if tree.parents[i] in on_path:
+                self.acceptance.update(keys[i], i in on_path)
 
     def _harvest_guesses(self, tree: DraftTree, nxt: list[int]) -> None:
         """A verified guess node's argmax is the model's own next token after it: keep it under its token."""
