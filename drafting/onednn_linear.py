@@ -8,6 +8,8 @@ for 16 and 77 for 64. The flatter the curve, the more a tree verification can ho
 weight as an opaque oneDNN tensor from ``to_mkldnn`` and converted the activations to and from oneDNN's layout
 around every call: 30/35/37/44/83 ms; the conversions alone were 12% of a forward.) Each row of a batch matches
 the same row computed alone to float rounding (about 5e-5 in a layer's output), as with the default kernels.
+In bfloat16 the same packing gave the very numbers of torch's own bf16 Linear, faster: a one-token step 16 ms
+against 19.5, 16 rows 22.5 against 27.6 (torch's path re-packs the weight on every call).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
 float weights pre-packed for oneDNN, see drafting.onednn_linear), ``int8`` (weight-only int8 layers, bfloat16 between them), or
-``auto``: ``onednn`` for float32 on a CPU whose torch has oneDNN (faster and no less exact), else ``float``.
+``auto``: ``onednn`` for float32 or bfloat16 on a CPU whose torch has oneDNN (faster, and the same numbers:
+each row matches torch's own kernels to rounding), else ``float``.
 
 ``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.int8_linear): int8 weights, one
 scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
@@ -32,7 +33,7 @@ class WeightsError(ValueError):
 def resolve_format(weights: str, device: torch.device, dtype: torch.dtype) -> str:
     """``auto`` -> the concrete format for this device and dtype; anything else is checked and returned."""
     if weights == "auto":
-        fast = device.type == "cpu" and dtype == torch.float32 and onednn_linear.available()
+        fast = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_linear.available()
         return "onednn" if fast else "float"
     check_format(weights, device, dtype)
     return weights

@@ -109,13 +109,29 @@ def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
     assert torch.allclose(last, got[-1], atol=1e-4)
 
 
-def test_auto_weights_pick_onednn_only_for_float32_on_cpu():
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_onednn_layer_matches_torch_linear_in_both_dtypes():
+    from drafting.onednn_linear import OneDNNLinear
+
+    torch.manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        dense = torch.nn.Linear(64, 48).to(dtype)
+        packed = OneDNNLinear(dense)
+        for rows in (1, 2, 16):
+            x = torch.randn(1, rows, 64, dtype=dtype)
+            with torch.inference_mode():
+                got, want = packed(x), dense(x)
+            assert got.shape == want.shape and got.dtype == dtype
+            assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+def test_auto_weights_pick_onednn_only_on_cpu():
     from drafting.weights import resolve_format
 
     cpu = torch.device("cpu")
     fast = "onednn" if torch.backends.mkldnn.is_available() else "float"
     assert resolve_format("auto", cpu, torch.float32) == fast
-    assert resolve_format("auto", cpu, torch.bfloat16) == "float"
+    assert resolve_format("auto", cpu, torch.bfloat16) == fast
     assert resolve_format("auto", torch.device("cuda"), torch.float32) == "float"
     assert resolve_format("int8", cpu, torch.bfloat16) == "int8"
 

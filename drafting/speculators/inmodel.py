@@ -2,8 +2,9 @@
 curve and the tokens steps actually produced), EOS ids, and the argmaxes of the draft rows.
 
 ``rows`` counts every row of the forward (root + guess tree + draft rows). With ``auto`` the budget is chosen
-per step among a few sizes by ``drafting.budget.OnlineBudget``; where no size beats plain decoding the step is
-plain (one row) and the draft state waits, with an occasional probe.
+per step among a few sizes by ``drafting.budget.OnlineBudget`` (Lookahead); where no size beats plain decoding
+the step is plain (one row) and the draft state waits, with an occasional probe. A subclass that can estimate
+what its guesses will earn sizes its steps itself (PTD, ``online_budget = False``) from the same cost curves.
 """
 
 from __future__ import annotations
