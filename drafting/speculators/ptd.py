@@ -20,7 +20,7 @@ the same pass, is the trie of the last committed token.
 ``rows=auto`` sizes each step by what its guess tree is expected to earn, with GOOSE's machinery
 (``drafting.budget``): every trie node offered gets an online acceptance estimate keyed by its depth and its
 rank among its siblings, nodes are ranked by path probability, and as many are verified as pay on the measured
-cost curve, with up to ``AUTO_FOREST_ROWS`` draft rows riding along; a step whose guesses do not pay (or whose
+cost curve, with up to ``riders`` draft rows riding along; a step whose guesses do not pay (or whose
 trie is empty) is a plain one-row step. Drafts depend only on argmaxes of draft rows, never
 on which token was emitted, so sampled acceptance stays exact.
 
@@ -40,7 +40,6 @@ from .base import Option, StepResult
 from .inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
 
 GUESS = "ptd-guess"  # tree source tag: a guess from the candidate pool
-AUTO_FOREST_ROWS = 6  # draft rows sent with a paying guess tree under rows=auto
 
 
 def guess_key(depth: int, rank: int) -> tuple:
@@ -91,16 +90,17 @@ class ProgressiveTreeDrafting(InModelDrafter):
         "guess": Option(16, "most guess-tree nodes verified per step", int),
         "seed": Option(True, "seed the pool with n-grams of the prompt and of the text as it is committed", bool),
         "seed_n": Option(4, "n-gram length used for seeding", int),
+        "riders": Option(6, "rows=auto: draft rows sent along with a guess tree that pays (they grow the forest)", int),
         "rows": ROWS_OPTION,
     }
 
     def __init__(self, **settings):
         super().__init__(**settings)
         s = self.settings
-        if s["window"] < 1 or s["width"] < 1 or s["depth"] < 2 or s["seed_n"] < 2:
+        if s["window"] < 1 or s["width"] < 1 or s["depth"] < 2 or s["seed_n"] < 2 or s["riders"] < 0:
             from . import SpecError
 
-            raise SpecError("ptd needs window >= 1, width >= 1, depth >= 2 and seed_n >= 2.")
+            raise SpecError("ptd needs window >= 1, width >= 1, depth >= 2, seed_n >= 2 and riders >= 0.")
         self.pool = TriePool(s["pool"])
         self.slots: list[_Node] = []
         self._sent: list[_Node] = []
@@ -151,7 +151,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
         rows riding along); a plain step when none does."""
         budget = AUTO_SIZES[-1]
         forest = self.forest_size()
-        riders = min(forest, AUTO_FOREST_ROWS)
+        riders = min(forest, self.settings["riders"])
         trie = self.pool.get(context[-1])
         cand = trie.path_first(min(self.settings["guess"], budget - 1 - riders)) if trie is not None else []
         if not cand:
