@@ -21,8 +21,9 @@ the same pass, is the trie of the last committed token.
 (``drafting.budget``): every trie node offered gets an online acceptance estimate keyed by its depth and its
 rank among its siblings, nodes are ranked by path probability, and as many are verified as pay on the measured
 cost curve, with up to ``riders`` draft rows riding along; a step whose guesses do not pay (or whose
-trie is empty) is a plain one-row step. Drafts depend only on argmaxes of draft rows, never
-on which token was emitted, so sampled acceptance stays exact.
+trie is empty) is a plain one-row step. Drafts depend only on what earlier steps left (argmaxes of draft rows
+and, under ``rows=auto``, past acceptances), never on the current step's draws, so sampled acceptance stays
+exact.
 
 ``info["rows"]`` describes the forest as sent (row order): ``tokens``, ``parents`` (row index, -1 for a slot),
 ``depths`` (slot = 1), ``offsets``, ``slot``; after the step ``next`` (argmax per row), ``grown`` ([parent row,
