@@ -59,13 +59,3 @@ def available() -> bool:
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
     return True
-
-
-def quantize_linear_layers(net: torch.nn.Module) -> torch.nn.Module:
-    """Replace every ``nn.Linear`` of ``net`` in place. A tied output head gets its own int8 copy; the
-    embedding keeps the table it reads tokens from."""
-    for parent in list(net.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, Int8WeightLinear(child))
-    return net

@@ -40,13 +40,3 @@ class OneDNNLinear(torch.nn.Module):
 
 def available() -> bool:
     return torch.backends.mkldnn.is_available()
-
-
-def pack_linear_layers(net: torch.nn.Module) -> torch.nn.Module:
-    """Replace every ``nn.Linear`` of ``net`` in place. A tied output head gets its own packed copy; the
-    embedding keeps the dense table it reads tokens from."""
-    for parent in list(net.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, OneDNNLinear(child))
-    return net

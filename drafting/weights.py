@@ -61,8 +61,17 @@ def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
     with ``resolve_format`` first, which knows the device and dtype)."""
     if weights == "float":
         return net
-    if weights == "onednn":
-        return onednn_linear.pack_linear_layers(net)
-    if weights == "int8":
-        return int8_linear.quantize_linear_layers(net)
-    raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
+    layer = {"onednn": onednn_linear.OneDNNLinear, "int8": int8_linear.Int8WeightLinear}.get(weights)
+    if layer is None:
+        raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
+    return replace_linear_layers(net, layer)
+
+
+def replace_linear_layers(net: torch.nn.Module, layer) -> torch.nn.Module:
+    """Replace every ``nn.Linear`` of ``net`` in place by ``layer(linear)``. A tied output head gets its own
+    copy; the embedding keeps the table it reads tokens from."""
+    for parent in list(net.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, layer(child))
+    return net
