@@ -37,6 +37,19 @@ def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max
     return best_n
 
 
+def paying_nodes(parents: Sequence[int], accept: Sequence[float], curve, overhead_s: float = 0.0, riders: int = 0,
+                 ranked: bool = True) -> list[int]:
+    """The nodes (ascending, root excluded) of the candidate tree worth verifying: ``accept[i]`` is node i's
+    acceptance probability given its parent, multiplied down into path probabilities; nodes are taken best-first
+    (``ranked``) or in index order, and the prefix that maximises expected tokens per second is kept."""
+    probs = [1.0] * len(parents)
+    for i in range(1, len(parents)):
+        probs[i] = probs[parents[i]] * accept[i]
+    order = best_first(parents, probs) if ranked else list(range(1, len(parents)))
+    n = best_prefix([probs[i] for i in order], curve, overhead_s, riders=riders)
+    return sorted(order[:n])
+
+
 def best_first(parents: Sequence[int], probs: Sequence[float]) -> list[int]:
     """Node order (root excluded) by falling path probability; a node never precedes its parent.
 
@@ -72,6 +85,14 @@ class AcceptanceStats:
             c = self._counts[key] = [0.0, 0.0]
         c[0] += accepted
         c[1] += 1.0
+
+    def learn(self, keys: Sequence, parents: Sequence[int], accepted: Sequence[int]) -> None:
+        """A verified tree: each node whose parent was accepted was tested against the target; count it under
+        its key (``keys[i]`` for node i, root excluded)."""
+        on_path = set(accepted)
+        for i in range(1, len(parents)):
+            if parents[i] in on_path:
+                self.update(keys[i], i in on_path)
 
     def table(self) -> dict:
         """Measured rates per key (for stats and reports)."""

@@ -87,10 +87,14 @@ class DraftTree:
 
     def truncate_depth(self, max_depth: int) -> "DraftTree":
         """A copy without nodes deeper than ``max_depth`` (used near the end of the context window)."""
+        return self.subtree(i for i in range(1, len(self.tokens)) if self.depths[i] <= max_depth)
+
+    def subtree(self, nodes) -> "DraftTree":
+        """A copy with the root and ``nodes`` (ascending; a node whose parent is left out is dropped)."""
         out = DraftTree(self.tokens[0])
         remap = {0: 0}
-        for i in range(1, len(self.tokens)):
-            if self.depths[i] <= max_depth and self.parents[i] in remap:
+        for i in nodes:
+            if self.parents[i] in remap:
                 remap[i] = out.add(self.tokens[i], remap[self.parents[i]], self.sources[i])
         return out
 

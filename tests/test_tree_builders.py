@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from drafting.budget import AcceptanceStats, best_first, best_prefix, is_sane, monotone
+from drafting.budget import AcceptanceStats, best_first, best_prefix, is_sane, monotone, paying_nodes
 from drafting.cost import CostCurve, PrefixCost
 from drafting.sources.adjacency import AdjacencyTable
 from drafting.speculators import create
@@ -149,6 +149,26 @@ def test_best_prefix_and_order():
     for _ in range(16):
         stats.update("a", True)
     assert stats.estimate("a", 0.5) == pytest.approx((16 + 2) / 20)
+
+
+def test_paying_nodes_keep_a_closed_prefix_and_learning_counts_only_tested_nodes():
+    parents = [-1, 0, 1, 0, 3]
+    accept = [1.0, 0.9, 0.9, 0.05, 0.9]  # 1 -> 2 likely; 3 unlikely, so its likely child 4 is unlikely too
+    assert paying_nodes(parents, accept, FLAT) == [1, 2, 3, 4]
+    # each row costs half a one-row step more: 1 and 2 (path 0.9, 0.81) pay, 3 and its child 4 do not
+    linear = CostCurve(sizes=[1, 2, 4, 8], seconds=[1.0, 1.5, 2.5, 4.5])
+    assert paying_nodes(parents, accept, linear) == [1, 2]
+    assert paying_nodes(parents, accept, STEEP, riders=100) == []  # rows that earn nothing can sink a step
+    assert paying_nodes(parents, accept, FLAT, ranked=False) == [1, 2, 3, 4]
+    tree = DraftTree(7)
+    for tok, parent in zip([10, 11, 12, 13], parents[1:]):
+        tree.add(tok, parent, ROOT_ALT)
+    sub = tree.subtree([1, 2, 4])  # 4's parent 3 is left out: 4 goes too
+    assert sub.tokens == [7, 10, 11] and sub.parents == [-1, 0, 1]
+    stats = AcceptanceStats()
+    stats.learn([None, "a", "b", "c", "d"], parents, accepted=[0, 1])
+    # 1 accepted, 3 rejected (both children of the accepted root), 2 rejected (child of accepted 1), 4 untested
+    assert stats.table() == {"a": (1.0, 1), "b": (0.0, 1), "c": (0.0, 1)}
 
 
 def test_noisy_cost_curves_are_repaired():

@@ -34,13 +34,22 @@ from __future__ import annotations
 
 import random
 
-from ..budget import AcceptanceStats, best_first, best_prefix
+from ..budget import AcceptanceStats, paying_nodes
 from ..sources.token_trie import TriePool
 from ..tree import Draft, DraftRows, DraftTree
 from .base import Option, StepResult
 from .inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
 
 GUESS = "ptd-guess"  # tree source tag: a guess from the candidate pool
+
+
+def guess_tree(root: int, guesses: list[tuple[int, int]]) -> DraftTree:
+    """A trie's (token, parent index) guesses, parent -1 = the root, as a draft tree; a trie has no repeated
+    siblings, so node i + 1 is guesses[i]."""
+    tree = DraftTree(root)
+    for tok, parent in guesses:
+        tree.add(tok, parent + 1, GUESS)
+    return tree
 
 
 def guess_key(depth: int, rank: int) -> tuple:
@@ -137,14 +146,11 @@ class ProgressiveTreeDrafting(InModelDrafter):
         if budget <= 1:
             return self.plain(context, budget)
         s = self.settings
-        tree = DraftTree(context[-1])
         forest = self.forest_size()
         guess_cap = min(s["guess"], budget - 1 - min(forest, (budget - 1) // 2))
         trie = self.pool.get(context[-1])
-        if trie is not None and guess_cap > 0:
-            idx = []
-            for tok, parent in trie.path_first(guess_cap):
-                idx.append(tree.add(tok, 0 if parent < 0 else idx[parent], GUESS))
+        guesses = trie.path_first(guess_cap) if trie is not None and guess_cap > 0 else []
+        tree = guess_tree(context[-1], guesses)
         return self._with_rows(tree, budget, forest)
 
     def _propose_paying(self, context: list[int]) -> Draft:
@@ -154,31 +160,19 @@ class ProgressiveTreeDrafting(InModelDrafter):
         forest = self.forest_size()
         riders = min(forest, self.settings["riders"])
         trie = self.pool.get(context[-1])
-        cand = trie.path_first(min(self.settings["guess"], budget - 1 - riders)) if trie is not None else []
-        if not cand:
+        guesses = trie.path_first(min(self.settings["guess"], budget - 1 - riders)) if trie is not None else []
+        cand = guess_tree(context[-1], guesses)
+        keys, accept, rank = [None], [1.0], [0] * len(cand)  # rank: children seen so far, per node
+        for i in range(1, len(cand)):
+            p, d = cand.parents[i], cand.depths[i]
+            keys.append(guess_key(d, rank[p]))
+            accept.append(self.acceptance.estimate(keys[i], guess_prior(d, rank[p])))
+            rank[p] += 1
+        keep = paying_nodes(cand.parents, accept, self.cost.at(len(context) - 1), riders=riders)
+        if not keep:
             return self.plain(context, 1)
-        parents, probs, keys, depth, kids = [-1], [1.0], [None], [0], [0]
-        for tok, parent in cand:
-            p = parent + 1  # node 0 is the root
-            d, rank = depth[p] + 1, kids[p]
-            kids[p] += 1
-            key = guess_key(d, rank)
-            parents.append(p)
-            depth.append(d)
-            kids.append(0)
-            keys.append(key)
-            probs.append(probs[p] * self.acceptance.estimate(key, guess_prior(d, rank)))
-        order = best_first(parents, probs)
-        curve = self.cost.at(len(context) - 1)
-        n = best_prefix([probs[i] for i in order], curve, riders=riders)
-        if n == 0:
-            return self.plain(context, 1)
-        tree = DraftTree(context[-1])
-        remap = {0: 0}
-        self._guess_keys = [None]
-        for i in sorted(order[:n]):
-            remap[i] = tree.add(cand[i - 1][0], remap[parents[i]], GUESS)
-            self._guess_keys.append(keys[i])
+        self._guess_keys = [None] + [keys[i] for i in keep]
+        tree = cand.subtree(keep)
         return self._with_rows(tree, len(tree) + riders, forest)
 
     def _with_rows(self, tree: DraftTree, budget: int, forest: int) -> Draft:
@@ -231,7 +225,9 @@ class ProgressiveTreeDrafting(InModelDrafter):
         top = result.logits.argmax(-1).tolist()  # one host sync for the guess tree and the draft rows
         t = len(draft.tree)
         self._harvest_guesses(draft.tree, top[:t])
-        self._learn_acceptance(draft.tree, result.accepted)
+        keys, self._guess_keys = self._guess_keys, None
+        if keys is not None and len(keys) == t:  # a priced step, not trimmed at the context's end
+            self.acceptance.learn(keys, draft.tree.parents, result.accepted)
         out = top[t:] if draft.rows else []
         if not out:
             return
@@ -298,16 +294,6 @@ class ProgressiveTreeDrafting(InModelDrafter):
                 for path in node.leaf_paths():
                     self.pool.insert(node.token, path[:depth])
         self.pool.tick()
-
-    def _learn_acceptance(self, tree: DraftTree, accepted: list[int]) -> None:
-        """Each guess node whose parent was accepted was tested against the target: count its outcome."""
-        keys, self._guess_keys = self._guess_keys, None
-        if keys is None or len(keys) != len(tree):
-            return
-        on_path = set(accepted)
-        for i in range(1, len(tree)):
-            if tree.parents[i] in on_path:
-                self.acceptance.update(keys[i], i in on_path)
 
     def _harvest_guesses(self, tree: DraftTree, nxt: list[int]) -> None:
         """A verified guess node's argmax is the model's own next token after it: keep it under its token."""

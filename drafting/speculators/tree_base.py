@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..budget import AcceptanceStats, best_first, best_prefix
+from ..budget import AcceptanceStats, paying_nodes
 from ..sources.adjacency import AdjacencyCacheError, AdjacencyTable
 from ..sources.context import SpineMatcher
 from ..tree import Draft, DraftTree
@@ -162,21 +162,9 @@ class TreeSpeculator(Speculator):
         return draft
 
     def _select(self, cand: Candidates, cached: int) -> tuple[DraftTree, list]:
-        tree = cand.tree
-        probs = [1.0] * len(tree)
-        for i in range(1, len(tree)):
-            q = self.acceptance.estimate(cand.keys[i], cand.priors[i])
-            probs[i] = probs[tree.parents[i]] * q
-        order = best_first(tree.parents, probs) if cand.best_first else list(range(1, len(tree)))
-        n = best_prefix([probs[i] for i in order], self.curve.at(cached), self.overhead_s)
-        keep = sorted(order[:n])
-        out = DraftTree(tree.tokens[0])
-        remap = {0: 0}
-        keys = [None]
-        for i in keep:
-            remap[i] = out.add(tree.tokens[i], remap[tree.parents[i]], tree.sources[i])
-            keys.append(cand.keys[i])
-        return out, keys
+        accept = [1.0] + [self.acceptance.estimate(k, p) for k, p in zip(cand.keys[1:], cand.priors[1:])]
+        keep = paying_nodes(cand.tree.parents, accept, self.curve.at(cached), self.overhead_s, ranked=cand.best_first)
+        return cand.tree.subtree(keep), [None] + [cand.keys[i] for i in keep]
 
     def observe(self, draft: Draft, result: StepResult) -> None:
         t0 = time.perf_counter()
@@ -184,17 +172,13 @@ class TreeSpeculator(Speculator):
         self.table.harvest_tree(tree, self._before_root, result.logits[: len(tree)])
         self.matcher.extend(result.emitted)
         path = result.accepted
-        on_path = set(path)
         sources = tree.sources
         for i in range(1, len(tree)):
             self.counts["offered:" + sources[i]] += 1
         for i in path[1:]:
             self.counts["accepted:" + sources[i]] += 1
         if draft is self._last and self._keys is not None:
-            keys, parents = self._keys, tree.parents
-            for i in range(1, len(tree)):
-                if parents[i] in on_path:  # the node was actually tested against the target
-                    self.acceptance.update(keys[i], i in on_path)
+            self.acceptance.learn(self._keys, tree.parents, path)
         self.counts["route:" + draft.info.get("route", "?")] += 1
         self.counts["steps"] += 1
         self.after_observe(draft, result)
