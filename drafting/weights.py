@@ -1,13 +1,13 @@
 """Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
-float weights pre-packed for oneDNN, see drafting.onednn_linear), ``int8`` (weight-only int8 layers, bfloat16 between them), or
-``auto``: ``onednn`` for float32 or bfloat16 on a CPU whose torch has oneDNN (faster, and the same numbers:
-each row matches torch's own kernels to rounding), else ``float``.
+weights packed for oneDNN, see drafting.onednn_linear), ``int8`` (weight-only int8 layers, bfloat16 between
+them), or ``auto``: ``onednn`` for float32 or bfloat16 on a CPU whose torch has oneDNN (faster, and the same
+numbers: each row matches torch's own kernels to rounding), else ``float``.
 
 ``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.int8_linear): int8 weights, one
 scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
-speculator verify with the same network; measured on a 2-core AVX-512 CPU with SmolLM2-135M it cut a one-token
-step from ~22 ms (bf16) to ~12 ms. Being bfloat16 between its layers, it is a low-precision mode ("identical up
-to ties"), like bf16.
+speculator verify with the same network; measured on a 2-core AVX-512 CPU with SmolLM2-135M a one-token step
+took ~13 ms against ~15 ms in oneDNN-packed bf16 and ~25 ms with torch's own bf16 kernels. Being bfloat16
+between its layers, it is a low-precision mode ("identical up to ties"), like bf16.
 
 Dynamically quantised int8 layers (torch's ``quantize_dynamic``: activations rounded to int8 too) were built and
 measured first: faster for wide trees (13 ms one row, 20 ms for 16) but not identical to plain decoding even up
