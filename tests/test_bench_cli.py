@@ -148,7 +148,7 @@ def test_run_writes_json_shape_traces_and_skips_overlong_prompt(prompt_file, tmp
 @pytest.mark.slow
 def test_ctrl_c_leaves_valid_partial_json_and_resume_completes(tmp_path):
     lines = [json.dumps({"id": f"q{i}", "task": "t", "prompt": f"Count from {i} to {i + 20}, one number per line."})
-             for i in range(3)]
+             for i in range(8)]  # more than it gets through before the signal, however fast the machine
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.json"
@@ -171,14 +171,14 @@ def test_ctrl_c_leaves_valid_partial_json_and_resume_completes(tmp_path):
     assert "Traceback" not in stderr and "interrupted" in stderr and "--resume" in stderr
     assert "PARTIAL" in stdout
     partial = json.loads(out.read_text())
-    assert partial["complete"] is False and 1 <= len(partial["runs"]) < 6
+    assert partial["complete"] is False and 1 <= len(partial["runs"]) < 16
     done = [(r["prompt_id"], r["speculator"]) for r in partial["runs"]]
     resumed = goose(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     final = json.loads(out.read_text())
     assert final["complete"] is True
     pairs = [(r["prompt_id"], r["speculator"]) for r in final["runs"]]
-    assert pairs[: len(done)] == done and sorted(pairs) == sorted((f"q{i}", s) for i in range(3) for s in ("ar", "pld"))
+    assert pairs[: len(done)] == done and sorted(pairs) == sorted((f"q{i}", s) for i in range(8) for s in ("ar", "pld"))
     assert all(r["identical_to_ar"] for r in final["runs"])
 
 
