@@ -50,8 +50,11 @@ async def test_go_to_position_and_play(tmp_path):
         await pilot.press("g", "1", "2", "enter")
         assert "step 3/4 · output position 10" in screen_text(app)
         await pilot.press("home", "space")
-        await pilot.pause(0.5)
-        screen = screen_text(app)
+        for _ in range(100):  # three steps at 0.05 s; a loaded machine may take longer
+            await pilot.pause(0.05)
+            screen = screen_text(app)
+            if "step 4/4" in screen and "paused" in screen:
+                break
         assert "step 4/4" in screen and "paused" in screen  # played to the end, then paused
 
 
