@@ -16,15 +16,18 @@ class _Module:
 
 
 def test_grouped_attention_equals_transformers_repeat_path():
+    """Also across masks: the stacked mask is kept between the layers of a step, never reused for another."""
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 9, 5, 16), torch.randn(1, 3, 12, 16), torch.randn(1, 3, 12, 16)
-    visible = torch.rand(5, 12) > 0.4
-    visible[:, 0] = True
-    mask = torch.zeros(1, 1, 5, 12).masked_fill(~visible, torch.finfo(torch.float32).min)
-    got, _ = grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25)
-    want, _ = sdpa_attention_forward(_Module(), q, k, v, mask, scaling=0.25)
-    assert got.shape == want.shape == (1, 5, 9, 16)
-    assert torch.allclose(got, want, atol=1e-6)
+    for _ in range(3):
+        visible = torch.rand(5, 12) > 0.4
+        visible[:, 0] = True
+        mask = torch.zeros(1, 1, 5, 12).masked_fill(~visible, torch.finfo(torch.float32).min)
+        for _layer in range(2):
+            got, _ = grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25)
+            want, _ = sdpa_attention_forward(_Module(), q, k, v, mask, scaling=0.25)
+            assert got.shape == want.shape == (1, 5, 9, 16)
+            assert torch.allclose(got, want, atol=1e-6)
 
 
 def test_one_unmasked_row_is_stacked_and_equals_transformers_path():
