@@ -11,6 +11,9 @@ import pytest
 from cli import run_goose
 import torch
 
+from drafting import int8_linear
+
+needs_int8 = pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no weight-only int8 CPU kernel")
 PROMPT = json.dumps({"id": "p1", "task": "code", "prompt": "Rewrite this: def add(a, b): return a + b"})
 
 
@@ -48,11 +51,10 @@ def test_ar_margins_match_a_full_forward(tiny_lm):
     assert Decoder(lm, create("ar")).generate(prompt, 5).margins is None  # off unless asked
 
 
+@needs_int8
 def test_int8_layer_multiplies_by_its_rounded_weights():
-    from drafting.int8_linear import DENSE_ROWS, Int8WeightLinear, available
+    from drafting.int8_linear import DENSE_ROWS, Int8WeightLinear
 
-    if not available():
-        pytest.skip("this torch build has no weight-only int8 CPU kernel")
     torch.manual_seed(0)
     dense = torch.nn.Linear(64, 48, bias=True).to(torch.bfloat16)
     layer = Int8WeightLinear(dense)
@@ -69,15 +71,13 @@ def test_int8_layer_multiplies_by_its_rounded_weights():
     assert torch.allclose(layer(many).float(), by_kernel.float(), atol=0.05, rtol=0.02)
 
 
+@needs_int8
 def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from drafting.decode import Decoder
-    from drafting.int8_linear import available
     from drafting.model import LoadedModel
     from drafting.speculators import create
     from drafting.weights import apply_weights
 
-    if not available():
-        pytest.skip("this torch build has no weight-only int8 CPU kernel")
     net = apply_weights(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
     lm = LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,

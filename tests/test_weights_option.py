@@ -7,18 +7,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from cli import ROOT, cli_env, run_goose
 
-from drafting.weights import WeightsError, check_format
-
-
-def _int8_runs_here() -> bool:
-    try:
-        check_format("int8", torch.device("cpu"), torch.bfloat16)
-    except WeightsError:
-        return False
-    return True
+from drafting import int8_linear
 
 
 @pytest.mark.parametrize("command,args", [("chat", ["--plain"]), ("viz", ["--prompt", "hi"])])
@@ -30,7 +21,7 @@ def test_weights_option_is_checked_before_loading(command, args):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _int8_runs_here(), reason="this torch build has no int8 CPU kernel")
+@pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no weight-only int8 CPU kernel")
 def test_chat_answers_with_int8_weights():
     done = subprocess.run([sys.executable, "-m", "goosecli", "chat", "--plain", "--weights", "int8", "-n", "6", "-s", "pld"],
                           input="Say hello.\n", cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180)
