@@ -15,11 +15,9 @@ from .kv_cache import new_cache
 from .model import LoadedModel
 from .speculators.base import Speculator, StepResult
 from .trace import StepRecord
-from .tree import Draft, DraftTree
-from .verify import Forward, greedy_accept, keep_accepted
-
-# An acceptor turns a tree and its logits into (accepted node indices, bonus token).
-Acceptor = Callable[[DraftTree, torch.Tensor], tuple[list[int], int]]
+from .tree import Draft
+from .verify import Forward, keep_accepted
+from .acceptance import Acceptor, greedy_acceptor
 
 
 class ContextError(ValueError):
@@ -28,10 +26,6 @@ class ContextError(ValueError):
 
 class UnsupportedModelError(ValueError):
     """A tree speculator was asked to run on a model whose attention a tree mask would break; one sentence."""
-
-
-def greedy_acceptor(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
-    return greedy_accept(tree, logits[: len(tree)].argmax(-1).tolist())
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""One forward pass over a draft with the KV cache, greedy acceptance, and cache compaction."""
+"""One forward pass over a draft with the KV cache, and cache compaction (acceptance is in ``acceptance``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import inspect
 
 import torch
 
-from .tree import Draft, DraftTree, step_inputs
+from .tree import Draft, step_inputs
 
 
 class Forward:
@@ -37,18 +37,6 @@ class Forward:
         ids, pos, mask = step_inputs(draft, prefix_len, self.dtype, self.device)
         out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
         return out.logits[0]
-
-
-def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
-    """Walk from the root while a child carries the target's argmax; return (accepted nodes, bonus token)."""
-    node = 0
-    path = [0]
-    while True:
-        nxt = tree.child(node, argmax[node])
-        if nxt is None:
-            return path, argmax[node]
-        path.append(nxt)
-        node = nxt
 
 
 @torch.inference_mode()  # the cache tensors were made in inference mode; updating them in place needs it too

@@ -47,7 +47,7 @@ def chat(
     seed: Seed = None,
 ) -> None:
     """Chat through a speculator and watch each step's tree and the live speed."""
-    from drafting.sampling import make_acceptor
+    from drafting.acceptance import make_acceptor
     from drafting.speculators import SpecError, registry
 
     params = sampling_or_fail(temperature, top_k, top_p, seed)

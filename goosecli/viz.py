@@ -109,7 +109,8 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
 
     from drafting.decode import ContextError, Decoder
     from drafting.prompting import encode
-    from drafting.sampling import SamplingParams, make_acceptor
+    from drafting.acceptance import make_acceptor
+    from drafting.sampling import SamplingParams
     from drafting.trace import TraceWriter
 
     specs = [s.strip() for s in speculators.split(",") if s.strip()]

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from drafting.decode import greedy_acceptor
-from drafting.sampling import SamplingParams, TreeSampler, make_acceptor, sample, sibling_choice, warp
+from drafting.acceptance import TreeSampler, greedy_acceptor, make_acceptor, sibling_choice
+from drafting.sampling import SamplingParams, sample, warp
 from drafting.tree import DraftTree
 from sampling_reference import reference_warp
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..acceptance import make_acceptor
 from ..decode import Decoder, GenerationResult
 from ..hf_pld import NAME as HF_PLD, HFPromptLookup
 from ..llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
 from ..model import LoadedModel
-from ..sampling import SamplingParams, make_acceptor
+from ..sampling import SamplingParams
 from ..speculators import SpecError, create, registry
 
 REFERENCE = "ar"
