@@ -6,13 +6,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import Option, Speculator, StepResult
+from .base import Option, SpecError, Speculator, StepResult
 
 __all__ = ["Option", "Speculator", "StepResult", "SpecError", "registry", "create", "parse_spec"]
-
-
-class SpecError(ValueError):
-    """A speculator spec names an unknown speculator or option, or a bad value; one sentence."""
 
 
 _REGISTRY: dict[str, type[Speculator]] | None = None

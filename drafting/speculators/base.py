@@ -1,4 +1,4 @@
-"""The one small interface every speculator implements, and its typed options."""
+"""The one small interface every speculator implements, its typed options, and the error for a bad spec."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from dataclasses import dataclass
 import torch
 
 from ..tree import Draft
+
+
+class SpecError(ValueError):
+    """A speculator spec names an unknown speculator or option, or a bad value; one sentence."""
 
 
 @dataclass(frozen=True)

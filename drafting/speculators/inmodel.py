@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..budget import OnlineBudget
 from ..tree import Draft, DraftTree
-from .base import Option, Speculator, StepResult
+from .base import Option, SpecError, Speculator, StepResult
 
 AUTO_SIZES = (8, 16)  # past 16 rows the cost curve climbs faster than in-model drafts gain here
 
@@ -33,8 +33,6 @@ class InModelDrafter(Speculator):
         super().__init__(**settings)
         rows = self.settings["rows"]
         if rows != "auto" and rows < 1:
-            from . import SpecError
-
             raise SpecError(f"{self.name} needs rows >= 1 (1 = plain steps) or rows=auto.")
         self.eos: set[int] = set()
         self.budget: OnlineBudget | None = None

@@ -9,7 +9,7 @@ import math
 from collections import deque
 
 from ..tree import ADJACENCY, CONTEXT, DraftTree
-from .base import Option
+from .base import Option, SpecError
 from .goose import spine_key, spine_prior
 from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
@@ -59,8 +59,6 @@ class Isotropic(TreeSpeculator):
     def __init__(self, **settings):
         super().__init__(**settings)
         if self.settings["k"] < 1:
-            from . import SpecError
-
             raise SpecError("iso needs k >= 1.")
 
     def candidates(self, context: list[int]) -> Candidates:

@@ -14,7 +14,7 @@ import random
 
 from ..sources.ngram_pool import NgramPool
 from ..tree import POOL, Draft, DraftRows, DraftTree
-from .base import Option, StepResult
+from .base import Option, SpecError, StepResult
 from .inmodel import ROWS_OPTION, InModelDrafter
 
 
@@ -33,8 +33,6 @@ class Lookahead(InModelDrafter):
         super().__init__(**settings)
         s = self.settings
         if s["w"] < 1 or s["n"] < 2:
-            from . import SpecError
-
             raise SpecError("lookahead needs w >= 1 and n >= 2.")
         self.levels = s["n"] - 1
         self.pool = NgramPool(s["g"])

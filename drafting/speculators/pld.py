@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..sources.context import ContextIndex
 from ..tree import CONTEXT, Draft, DraftTree
-from .base import Option, Speculator, StepResult
+from .base import Option, SpecError, Speculator, StepResult
 
 
 class PromptLookup(Speculator):
@@ -28,8 +28,6 @@ class PromptLookup(Speculator):
         super().__init__(**settings)
         s = self.settings
         if s["min_ngram"] < 1 or s["max_ngram"] < s["min_ngram"]:
-            from . import SpecError
-
             raise SpecError("pld needs 1 <= min_ngram <= max_ngram.")
         self.index = ContextIndex(range(s["min_ngram"], s["max_ngram"] + 1))
         self.ema = 1.0

@@ -37,7 +37,7 @@ import random
 from ..budget import AcceptanceStats, paying_nodes
 from ..sources.token_trie import TriePool
 from ..tree import Draft, DraftRows, DraftTree
-from .base import Option, StepResult
+from .base import Option, SpecError, StepResult
 from .inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
 
 GUESS = "ptd-guess"  # tree source tag: a guess from the candidate pool
@@ -108,8 +108,6 @@ class ProgressiveTreeDrafting(InModelDrafter):
         super().__init__(**settings)
         s = self.settings
         if s["window"] < 1 or s["width"] < 1 or s["depth"] < 2 or s["seed_n"] < 2 or s["riders"] < 0:
-            from . import SpecError
-
             raise SpecError("ptd needs window >= 1, width >= 1, depth >= 2, seed_n >= 2 and riders >= 0.")
         self.pool = TriePool(s["pool"])
         self.slots: list[_Node] = []

@@ -19,7 +19,7 @@ from ..budget import AcceptanceStats, paying_nodes
 from ..sources.adjacency import AdjacencyCacheError, AdjacencyTable
 from ..sources.context import SpineMatcher
 from ..tree import Draft, DraftTree
-from .base import Option, Speculator, StepResult
+from .base import Option, SpecError, Speculator, StepResult
 
 _CURVES: dict = {}  # per loaded model in this process: checked (and if need be re-measured) once
 _SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
@@ -93,8 +93,6 @@ class TreeSpeculator(Speculator):
     # -- adjacency cache ---------------------------------------------------------------------------------
     def use_cache(self, path) -> None:
         """Load the adjacency table from ``path`` when it exists, and save it there after each answer."""
-        from . import SpecError
-
         path = Path(path).expanduser()
         if path.exists():
             try:
