@@ -11,13 +11,13 @@ speculator decides what a key is: source, depth, score bucket, ...).
 
 For drafters that cannot predict their acceptance (in-model drafting: Lookahead, PTD), ``OnlineBudget`` learns
 tokens per step for a few candidate row counts from the steps actually run and falls back to plain steps when
-no size pays; ``best_size`` is the same rule over a model of expected tokens per size.
+no size pays.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 
 def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max_nodes: int | None = None,
@@ -131,16 +131,6 @@ def sane_curve(lm):
         cost = prefix_cost(lm, refresh=True)
     long = monotone(cost.long) if cost.long is not None else None
     return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
-
-
-def best_size(curve, expected_tokens: Callable[[int], float], sizes: Iterable[int]) -> int:
-    """The size with the most expected tokens per second (ties go to the smaller size)."""
-    best, best_rate = 1, 1.0 / curve.time(1)
-    for n in sorted(set(sizes)):
-        rate = expected_tokens(n) / curve.time(n)
-        if rate > best_rate * (1 + 1e-9):
-            best, best_rate = n, rate
-    return best
 
 
 class OnlineBudget:

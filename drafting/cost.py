@@ -49,10 +49,6 @@ class CostCurve:
         """Cost of ``n`` rows relative to a one-row step."""
         return self.time(n) / self.seconds[0]
 
-    def marginal(self, n: int) -> float:
-        """Extra relative cost of the n-th row (n >= 2)."""
-        return self.relative(n) - self.relative(n - 1)
-
 
 LONG_PREFIX = 1536
 

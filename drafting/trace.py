@@ -33,11 +33,6 @@ class StepRecord:
     top: list | None = None  # per node: [[token, prob], ...] of the target's top tokens, when recorded
     stop: str | None = None  # why generation ended after this step (eos, max_new_tokens, context)
 
-    @property
-    def accepted_len(self) -> int:
-        """Tokens this step produced (accepted draft tokens + the bonus token)."""
-        return len(self.emitted)
-
     def to_dict(self) -> dict:
         return asdict(self)
 

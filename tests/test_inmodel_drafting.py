@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from drafting.budget import OnlineBudget, best_size
+from drafting.budget import OnlineBudget
 from drafting.cost import CostCurve
 from drafting.decode import Decoder
 from drafting.speculators import SpecError, create
@@ -181,8 +181,3 @@ def test_online_budget_picks_the_size_that_pays():
         n = b.choose()
         b.update(n, {8: 2.0, 16: 3.0, 32: 3.2}.get(n, 1))  # 16 rows: 3.0 / 2.03 beats 2.0 / 1.68
     assert b.best() == 16
-
-
-def test_best_size_uses_the_measured_curve():
-    assert best_size(CPU_CURVE, lambda n: 1.0, [8, 16]) == 1
-    assert best_size(CPU_CURVE, {8: 1.9, 16: 2.6, 32: 3.0}.get, [8, 16, 32]) == 16

@@ -16,7 +16,7 @@ One idea per module:
 - ``runner``: warm-up and the loop over prompts and contenders.
 """
 
-from .contenders import REFERENCE, Contender, build_contenders, known_names, split_specs
+from .contenders import REFERENCE, Contender, build_contenders, split_specs
 from .identity import TIE_MARGIN, first_divergence, tie_check
 from .one_prompt import run_one
 from .results import BenchError, ResultsFile, Skip
@@ -28,6 +28,6 @@ from .traces import trace_path, write_trace
 
 __all__ = [
     "REFERENCE", "TIE_MARGIN", "BenchError", "BenchSettings", "Contender", "ForwardTimer", "ResultsFile", "Skip",
-    "aggregate_info", "build_contenders", "first_divergence", "known_names", "prompt_fits", "run_bench", "run_one",
+    "aggregate_info", "build_contenders", "first_divergence", "prompt_fits", "run_bench", "run_one",
     "source_counts", "split_specs", "summarize", "tie_check", "trace_path", "warm_up", "write_trace",
 ]

@@ -12,7 +12,7 @@ from ..hf_pld import NAME as HF_PLD, HFPromptLookup
 from ..llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
 from ..model import LoadedModel
 from ..sampling import SamplingParams
-from ..speculators import SpecError, create, registry
+from ..speculators import SpecError, create
 
 REFERENCE = "ar"
 
@@ -34,10 +34,6 @@ def split_specs(text: str) -> list[str]:
         else:
             specs[-1] += "," + part
     return specs
-
-
-def known_names() -> list[str]:
-    return list(registry()) + [HF_PLD, *LLAMA_CPP_NAMES]
 
 
 def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list["Contender"]:

@@ -36,7 +36,6 @@ class AdjacencyTable:
         self._bi_slot: dict[int, int] = {}  # prev * vocab + tok -> row of the bigram arrays
         self.bi_succ = np.zeros((0, k), dtype=np.int32)
         self.bi_score = np.zeros((0, k), dtype=np.float32)
-        self.harvested_rows = 0
 
     # -- shape -------------------------------------------------------------------------------------------
     def _ensure_vocab(self, vocab: int) -> None:
@@ -89,7 +88,6 @@ class AdjacencyTable:
         toks = np.asarray(tokens, dtype=np.int64)
         self.succ[toks] = succ
         self.score[toks] = score
-        self.harvested_rows += n
         if self.bigram:
             prev = np.asarray(prev_tokens, dtype=np.int64)
             known = np.nonzero(prev >= 0)[0]
