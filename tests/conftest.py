@@ -1,8 +1,16 @@
-"""Shared fixtures: a tiny random Llama for mechanics, the embedded model for end-to-end losslessness."""
+"""Shared fixtures: a tiny random Llama for mechanics, the embedded model for end-to-end losslessness.
+
+Every test session gets its own empty goose cache (``$GOOSE_CACHE``, inherited by the CLI subprocesses), so no
+test depends on converted models or cost curves left by earlier runs; the embedded model converts once per
+session. The user's real cache is watched: a test that changes it fails, and so does the session.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +18,64 @@ from tinymodel import tiny_llama
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+REAL_CACHE = Path(os.environ.get("GOOSE_CACHE") or Path.home() / ".cache" / "goose")
+TEST_CACHE = Path(tempfile.mkdtemp(prefix="goose-test-cache-"))
+os.environ["GOOSE_CACHE"] = str(TEST_CACHE)  # set on import: before any fixture loads a model
+
+
+def cache_snapshot(root: Path) -> dict[str, tuple[int, int]] | None:
+    """Every entry under ``root`` with its size and modification time; None when ``root`` does not exist."""
+    if not root.exists():
+        return None
+    out = {}
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        out[str(path.relative_to(root))] = (st.st_size if path.is_file() else 0, st.st_mtime_ns)
+    return out
+
+
+def cache_changes(before, after) -> list[str]:
+    if before == after:
+        return []
+    if before is None or after is None:
+        return ["the folder itself was " + ("created" if before is None else "removed")]
+    changed = [p for p in after if p in before and after[p] != before[p]]
+    return ([f"added {p}" for p in after if p not in before] + [f"removed {p}" for p in before if p not in after]
+            + [f"changed {p}" for p in changed])
+
+
+_real_cache_at_start = cache_snapshot(REAL_CACHE)
+_real_cache_now = _real_cache_at_start
+
+
+@pytest.fixture(autouse=True)
+def real_cache_untouched():
+    """Fail the test during which the user's real goose cache changed."""
+    global _real_cache_now
+    yield
+    after = cache_snapshot(REAL_CACHE)
+    changes = cache_changes(_real_cache_now, after)
+    _real_cache_now = after
+    if changes:
+        pytest.fail(f"this test wrote to the real goose cache {REAL_CACHE}: {'; '.join(changes[:5])}", pytrace=False)
+
+
+_run_changes: list[str] = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The last word: anything (a session fixture, a subprocess) that changed the real cache fails the run."""
+    _run_changes.extend(cache_changes(_real_cache_at_start, cache_snapshot(REAL_CACHE)))
+    shutil.rmtree(TEST_CACHE, ignore_errors=True)
+    if _run_changes:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _run_changes:
+        terminalreporter.write_line(f"FAILED: the test run wrote to the real goose cache {REAL_CACHE}: "
+                                    f"{'; '.join(_run_changes[:10])}", red=True, bold=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """`goose chat` on the embedded model: the app streams an answer, stops on Esc, switches and clears; the plain
 REPL answers piped prompts; the trace it writes opens in viz."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -94,7 +95,7 @@ async def test_chat_app_streams_stops_switches_and_clears(embedded_lm, tmp_path)
 
 
 def test_plain_chat_answers_piped_prompts(tmp_path):
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "GOOSE_CACHE": os.environ["GOOSE_CACHE"]}
     done = subprocess.run(
         [sys.executable, "-m", "goosecli", "chat", "--plain", "-n", "8", "-s", "pld", "--trace",
          str(tmp_path / "t.jsonl")],

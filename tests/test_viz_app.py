@@ -1,6 +1,7 @@
 """`goose viz` on fixture traces: keys step, jump, play, show node details; the tree widget's look is pinned by
 snapshots."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,7 @@ def test_whole_viz_screen_snapshot(snap_compare, tmp_path):
 
 
 def _viz(*args, cwd=ROOT):
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "GOOSE_CACHE": os.environ["GOOSE_CACHE"]}
     return subprocess.run([sys.executable, "-m", "goosecli", "viz", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
