@@ -58,7 +58,8 @@ def real_cache_untouched():
     changes = cache_changes(_real_cache_now, after)
     _real_cache_now = after
     if changes:
-        pytest.fail(f"this test wrote to the real goose cache {REAL_CACHE}: {'; '.join(changes[:5])}", pytrace=False)
+        pytest.fail(f"the real goose cache {REAL_CACHE} changed during this test (written by the test, or by another "
+                    f"goose process using it meanwhile): {'; '.join(changes[:5])}", pytrace=False)
 
 
 _run_changes: list[str] = []
@@ -74,8 +75,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_terminal_summary(terminalreporter):
     if _run_changes:
-        terminalreporter.write_line(f"FAILED: the test run wrote to the real goose cache {REAL_CACHE}: "
-                                    f"{'; '.join(_run_changes[:10])}", red=True, bold=True)
+        terminalreporter.write_line(f"FAILED: the real goose cache {REAL_CACHE} changed during the test run (a test, "
+                                    f"or another goose process using it meanwhile): {'; '.join(_run_changes[:10])}",
+                                    red=True, bold=True)
 
 
 @pytest.fixture(scope="session")
