@@ -94,6 +94,8 @@ class Decoder:
         self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None
     ) -> Iterator[StepRecord]:
         self.check_fits(prompt_ids)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}.")
         lm, spec = self.lm, self.speculator
         result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
@@ -174,7 +176,8 @@ class Decoder:
 
 
 def _fit(draft: Draft, room: int) -> Draft:
-    """Shrink a draft that would run past the context window (keep the shallow part of the tree)."""
+    """Shrink a draft that would run past the context window: keep the shallow part of the tree and drop the
+    draft rows, and their description in ``info`` with them, so the step record shows only what was verified."""
     if draft.size <= room:
         return draft
     tree = draft.tree
@@ -182,7 +185,8 @@ def _fit(draft: Draft, room: int) -> Draft:
     while len(tree) > room and depth > 0:
         depth -= 1
         tree = draft.tree.truncate_depth(depth)
-    return Draft(tree=tree, rows=None, info=dict(draft.info, trimmed=True))
+    info = {k: v for k, v in draft.info.items() if k != "rows"}
+    return Draft(tree=tree, rows=None, info=dict(info, trimmed=True))
 
 
 def _top(logits: torch.Tensor, k: int) -> list:
