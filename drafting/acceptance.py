@@ -88,8 +88,8 @@ class TreeSampler:
         return self._gen
 
     def __call__(self, tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
-        # The walk's vocabulary-sized element-wise ops are microseconds on one thread, but each one split
-        # across threads waits for every core: on a busy 2-core CPU that was ~8 ms per op instead of 6 µs.
+        # The walk's vocabulary-sized element-wise ops are tiny on one thread, but each one split across
+        # threads waits for every core, which on a busy machine costs far more than the op (docs/measurements.md).
         threads = torch.get_num_threads()
         if logits.device.type != "cpu" or threads == 1:
             return self._walk(tree, logits)

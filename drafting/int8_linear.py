@@ -1,16 +1,16 @@
 """Weight-only int8 Linear layers: int8 weights with one scale per output channel, bfloat16 activations.
 
-Decoding a small model on a CPU is bound by reading the weights: a one-token bfloat16 step of SmolLM2-135M
-reads ~270 MB. Stored as int8 they are half that, and torch's CPU kernel for this layout
-(``aten._weight_int8pack_mm``) multiplies without unpacking them: measured on a 2-core AVX-512 CPU, a
-one-token step took 12 ms against 22 ms in bfloat16 (2 rows 11 ms, 8 rows 19, 16 rows 32, 64 rows 92: it
-pays for few rows, not for wide trees). Only the weights are rounded; activations stay bfloat16 and are never
-quantised, so a tree pass differs from a one-row pass only as in bfloat16 ("identical up to ties"). With
-float32 activations the same kernel took 50 ms a step, so the format requires bfloat16.
+Decoding a small model on a CPU is bound by reading the weights: a one-token step reads every weight once.
+Stored as int8 they are half the bytes of bfloat16, and torch's CPU kernel for this layout
+(``aten._weight_int8pack_mm``) multiplies without unpacking them, so one-token steps get faster; its cost
+grows quickly with the rows, so it pays for few rows, not for wide trees. Only the weights are rounded;
+activations stay bfloat16 and are never quantised, so a tree pass differs from a one-row pass only as in
+bfloat16 ("identical up to ties"). With float32 activations the same kernel is slower than plain float32, so
+the format requires bfloat16.
 
-Prefill is the other way round: for a 576x576 layer the kernel took 1.17 ms for 512 rows, unpacking the weights
-to bfloat16 and one dense product 0.61 ms (0.30 / 0.31 at 128 rows). Forwards of more than ``DENSE_ROWS`` rows
-(prompts; never a tree step, whose cost curve stops at 128) take the dense path. Both compute the same weights
+Prefill is the other way round: for many rows, unpacking the weights to bfloat16 and one dense product beats
+the kernel, and at ``DENSE_ROWS`` rows the two are even. Forwards of more than ``DENSE_ROWS`` rows (prompts;
+never a tree step, whose cost curve stops at 128) take the dense path. Figures: docs/measurements.md. Both compute the same weights
 (the unpacked ones rounded once more to bfloat16), and every speculator and ``ar`` share the same prefill.
 """
 

@@ -1,15 +1,13 @@
 """A Linear layer whose weight is pre-packed for oneDNN's CPU matmul (same float weights, faster kernel).
 
-Measured on a 2-core AVX-512 CPU with SmolLM2-135M in float32 (256 tokens cached): torch's default Linear path
-(MKL) takes 38 ms for a one-token step and 61 ms for two rows (small batches fall off MKL's matrix-vector path).
-Here the weight is reordered once into oneDNN's matmul layout (``_reorder_linear_weight``) and multiplied with
-``_linear_pointwise``, which takes and returns ordinary tensors: 27 ms for one row, 26 for two, 30 for eight, 35
-for 16 and 77 for 64. The flatter the curve, the more a tree verification can hold. (A first version kept the
-weight as an opaque oneDNN tensor from ``to_mkldnn`` and converted the activations to and from oneDNN's layout
-around every call: 30/35/37/44/83 ms; the conversions alone were 12% of a forward.) Each row of a batch matches
-the same row computed alone to float rounding (about 5e-5 in a layer's output), as with the default kernels.
-In bfloat16 the same packing gave the very numbers of torch's own bf16 Linear, faster: a one-token step 16 ms
-against 19.5, 16 rows 22.5 against 27.6 (torch's path re-packs the weight on every call).
+torch's default float32 Linear (MKL) is fast for one row but falls off its matrix-vector path from two rows on,
+so a tree step costs much more than a one-token step. Here the weight is reordered once into oneDNN's matmul
+layout (``_reorder_linear_weight``) and multiplied with ``_linear_pointwise``, which takes and returns ordinary
+tensors: the cost grows slowly with the rows, and the flatter the curve, the more a tree verification can hold.
+The weight is not kept as an opaque oneDNN tensor (``to_mkldnn``): converting every activation to and from
+oneDNN's layout was a sizeable share of a forward. Each row of a batch matches the same row computed alone to
+float rounding, as with the default kernels. In bfloat16 the same packing gives the very numbers of torch's own
+bf16 Linear, faster, since torch's path re-packs the weight on every call. Figures: docs/measurements.md.
 """
 
 from __future__ import annotations

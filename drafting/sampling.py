@@ -80,8 +80,9 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return torch.softmax(kept, dim=-1)
 
 
-# Candidates looked at before sorting the whole vocabulary for top-p (top-k of 256 costs 0.07 ms at 49k tokens
-# on this CPU, of 1024 0.4 ms, a full sort 3 ms).
+# Candidates looked at before sorting the whole vocabulary for top-p: a top-k of a few hundred costs a small
+# fraction of a full sort of a large vocabulary; only a nucleus reaching beyond them pays for the sort
+# (docs/measurements.md).
 _NUCLEUS_PROBES = (256, 1024)
 
 

@@ -26,7 +26,7 @@ from .stats import LiveStats
 from .treepane import TreePane
 from .viz_app import ROW_SPECULATORS
 
-REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL: measured, see README
+REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL (docs/tui_overhead.py measures it)
 
 
 def provenance_legend() -> str:
@@ -180,7 +180,7 @@ class ChatApp(App):
         self.generating = True
         event.input.cursor_blink = False  # its blink timer would redraw while decoding
         self._update_head()
-        release_idle_workers()  # see drafting/openmp.py: otherwise decoding off this thread runs ~18% slower
+        release_idle_workers()  # see drafting/openmp.py: otherwise decoding off this thread runs slower
         self._generate(text)
 
     @work(thread=True, exclusive=True, group="decode")

@@ -171,7 +171,7 @@ class AdjacencyTable:
 @contextmanager
 def _one_cpu_thread(t: torch.Tensor):
     """A top-k over a few rows is fastest on one thread: split across the cores of a busy machine, each op
-    waits for every core (measured here: 15 ms instead of 0.7 ms for 8 rows)."""
+    waits for every core, many times longer than the op itself (docs/measurements.md)."""
     threads = torch.get_num_threads()
     if t.device.type != "cpu" or threads == 1:
         yield
