@@ -6,7 +6,6 @@ A GGUF file is converted once into a standard transformers folder under the cach
 
 from __future__ import annotations
 
-import importlib.metadata
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ class LoadedModel:
     max_context: int = 2048
     sliding_window: int | None = None
     weights: str = "float"  # weight format applied at load time (drafting.weights)
+    gguf: Path | None = None  # the GGUF file the weights were converted from, if any
 
     @property
     def vocab_size(self) -> int:
@@ -53,16 +53,9 @@ class LoadedModel:
 
 
 def embedded_gguf() -> Path:
-    try:
-        files = importlib.metadata.files(EMBEDDED_PACKAGE) or []
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelError(f"The embedded model is not installed; install it with `{EMBEDDED_INSTALL}`.") from None
-    for f in files:
-        if str(f).endswith(".gguf"):
-            path = Path(f.locate())
-            if path.exists():
-                return path
-    raise ModelError(f"The embedded model's GGUF file is missing; reinstall it with `{EMBEDDED_INSTALL}`.")
+    from .packaged_models import PackagedModel, packaged_gguf
+
+    return packaged_gguf(PackagedModel(title="The embedded model", package=EMBEDDED_PACKAGE, install=EMBEDDED_INSTALL))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -129,9 +122,14 @@ def load_model(
         weights = "float" if device_map and weights == "auto" else resolve_format(weights, dev, dt)
     except WeightsError as exc:
         raise ModelError(str(exc)) from None
+    from .packaged_models import PACKAGED, packaged_gguf
+
     name = model or EMBEDDED_NAME
     if model is None:
         source: Path | str = embedded_gguf()
+    elif model in PACKAGED:
+        name = PACKAGED[model].title
+        source = packaged_gguf(PACKAGED[model])
     elif model.endswith(".gguf"):
         source = Path(model).expanduser()
         if not source.is_file():
@@ -146,9 +144,10 @@ def load_model(
         raise ModelError(f"Model path {model!r} does not exist.")
     else:
         source = model  # a hub id
+    gguf = source if isinstance(source, Path) and source.suffix == ".gguf" else None
     try:
-        if isinstance(source, Path) and source.suffix == ".gguf":
-            source = ensure_converted(source)
+        if gguf is not None:
+            source = ensure_converted(gguf)
         if isinstance(source, Path):
             net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code)
         else:
@@ -179,6 +178,7 @@ def load_model(
         max_context=int(getattr(net.config, "max_position_embeddings", 2048) or 2048),
         sliding_window=_sliding_window(net.config),
         weights=weights,
+        gguf=gguf,
     )
 
 
