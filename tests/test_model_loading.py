@@ -149,6 +149,54 @@ def test_large_quantised_model_is_stored_in_bfloat16(embedded_folder, tmp_path):
     assert torch.equal(lm.model.get_input_embeddings().weight, half["model.embed_tokens.weight"].float())
 
 
+def write_f16_gguf(source, target, layers: int = 2) -> None:
+    """A real F16 GGUF: the source's first ``layers`` blocks, its matrices dequantised and stored as F16 (norms stay
+    F32), with all its metadata (tokenizer included) copied."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(source))
+    arch = reader.fields["general.architecture"].contents()
+    writer = GGUFWriter(str(target), arch=arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = layers if key == f"{arch}.block_count" else field.contents()
+        sub = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(key, value, field.types[0], sub_type=sub)
+    for t in reader.tensors:
+        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= layers:
+            continue
+        values = dequantize(t.data, t.tensor_type).reshape([int(n) for n in reversed(t.shape)])
+        writer.add_tensor(t.name, values.astype("float16") if values.ndim >= 2 else values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.slow
+def test_f16_gguf_is_stored_in_float16_and_reads_back_exactly(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "small-f16.gguf"
+    write_f16_gguf(embedded_gguf(), gguf)
+    lm = load_model(str(gguf), device="cpu", dtype="float32", weights="float")  # converted into the cache
+    folder = converted_folder(gguf)
+    info = json.loads((folder / "goose.json").read_text())
+    assert info["gguf_tensor_types"] == ["F16", "F32"] and info["rounded_to_bfloat16"] is False
+    stored = safetensors_of(folder)
+    assert all(t.dtype == torch.float16 for t in stored.values() if t.dim() >= 2)
+    assert (folder / "model.safetensors").stat().st_size < 0.51 * sum(t.numel() * 4 for t in stored.values())
+    expected = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name, dtype=torch.float32).state_dict()
+    for name, tensor in stored.items():
+        assert torch.equal(tensor.float(), expected[name]), name
+    assert all(p.dtype == torch.float32 for p in lm.model.parameters())  # upcast at load
+    prompt = [list(lm.tokenizer("def add(a, b):")["input_ids"])]
+    assert ar_greedy(lm, prompt, 12) == plain_transformers_greedy(folder, prompt, 12)
+
+
 # --- packaged models ---------------------------------------------------------------------------------------------
 
 def test_missing_package_is_one_sentence_with_the_install_command():
