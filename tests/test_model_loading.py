@@ -296,6 +296,9 @@ def test_gemma_ar_matches_transformers_generate_and_reads_well(gemma_lm):
 
     prompts = [encode(gemma_lm.tokenizer, [{"role": "user", "content": t}]) for t in GEMMA_PROMPTS]
     assert all(p[0] == gemma_lm.tokenizer.bos_token_id for p in prompts)  # a base model: raw text after <bos>
+    long_text = " ".join(f"Item {i} costs {3 * i} dollars." for i in range(70))
+    prompts.append(encode(gemma_lm.tokenizer, [{"role": "user", "content": long_text}]))
+    assert len(prompts[-1]) > gemma_lm.sliding_window  # the windowed layers must forget the start
     ours = ar_greedy(gemma_lm, prompts, 24)
     assert ours == plain_transformers_greedy(converted_folder(gemma_lm.gguf), prompts, 24)
     counting = decode(gemma_lm.tokenizer, ours[0], gemma_lm.eos_ids)
