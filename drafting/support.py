@@ -17,9 +17,16 @@ from .attention import NAME as GROUPED
 # block mask, paged / remote kernels keep their own cache).
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", GROUPED)
 
-# Cache layer kinds whose rule goose builds into the tree mask (None = plain causal, "window" = sliding window).
-# Each is kept as a full buffered layer (drafting.kv_cache), so compaction is a gather along the sequence.
-LAYER_RULES = {"full_attention": None, "sliding_attention": "window"}
+# Cache layer kinds whose rule goose builds into the tree mask (None = plain causal, "window" = a sliding window,
+# "chunk" = attention within fixed chunks of positions). Each is kept as a full buffered layer
+# (drafting.kv_cache), so compaction is a gather along the sequence.
+LAYER_RULES = {"full_attention": None, "sliding_attention": "window", "chunked_attention": "chunk"}
+
+
+# Config switches under which a model computes something from a row's index in the step instead of its position
+# (transformers' Llama 4 derives its attention temperature from ``arange(rows) + cached``), so tree rows, whose
+# positions repeat, would get another row's value.
+ROW_ORDER_SWITCHES = ("attn_temperature_tuning",)
 
 
 class UnsupportedModelError(ValueError):
@@ -28,21 +35,22 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class AttentionLayout:
-    """The per-layer-type rules of a model: ``windows[layer_type]`` is that type's window (None = full causal).
+    """The per-layer-type rules of a model: ``rules[layer_type]`` is None (full causal) or ``("window", size)`` or
+    ``("chunk", size)``.
 
     ``per_type`` says the model takes a dict of masks keyed by layer type (it mixes full and windowed layers);
     otherwise every layer gets the one mask of the model's single layer type.
     """
 
-    windows: dict
+    rules: dict
     per_type: bool
 
     @property
     def windowed(self) -> bool:
-        return any(w is not None for w in self.windows.values())
+        return any(rule is not None for rule in self.rules.values())
 
 
-FULL = AttentionLayout(windows={"full_attention": None}, per_type=False)
+FULL = AttentionLayout(rules={"full_attention": None}, per_type=False)
 
 
 def _text_config(config):
@@ -57,12 +65,14 @@ def _layer_types(config) -> tuple[list[str], list[dict]]:
 
 def _takes_mask_per_type(net) -> bool:
     """Whether the model's decoder forward accepts a dict of masks keyed by layer type (it then uses them as is)."""
-    decoder = net.get_decoder() if hasattr(net, "get_decoder") else getattr(net, "model", net)
-    try:
-        source = inspect.getsource(type(decoder).forward)
-    except (OSError, TypeError):
-        return False
-    return "isinstance(causal_mask_mapping := attention_mask, dict)" in source
+    for kind in {type(module) for module in net.modules()}:
+        try:
+            source = inspect.getsource(kind.forward)
+        except (OSError, TypeError):
+            continue
+        if "isinstance(causal_mask_mapping := attention_mask, dict)" in source:
+            return True
+    return False
 
 
 def attention_layout(net, name: str = "the model") -> AttentionLayout:
@@ -76,26 +86,34 @@ def attention_layout(net, name: str = "the model") -> AttentionLayout:
                 f"{name} runs attention implementation {found!r}, which cannot take a tree mask; load it with "
                 f'attn_implementation="sdpa" (or "eager").'
             )
+    text = _text_config(config)
+    for switch in ROW_ORDER_SWITCHES:
+        if getattr(text, switch, False):
+            raise UnsupportedModelError(
+                f"{name} computes part of its attention from the order of rows rather than their positions "
+                f"({switch}), which a tree breaks; set {switch}=False in its config or run it with the speculator "
+                f"'ar' only."
+            )
     types, kwargs = _layer_types(config)
-    windows: dict = {}
+    rules: dict = {}
     for layer_type, kw in zip(types, kwargs):
         if layer_type not in LAYER_RULES:
             raise UnsupportedModelError(
                 f"{name} has {layer_type!r} layers (a recurrent, hybrid or otherwise unsupported cache), whose state "
                 f"a tree step cannot roll back; run it with the speculator 'ar' only."
             )
-        window = kw.get("sliding_window") if LAYER_RULES[layer_type] == "window" else None
-        if windows.setdefault(layer_type, window) != window:
+        kind = LAYER_RULES[layer_type]
+        rule = None if kind is None else (kind, int(kw["sliding_window"]))  # transformers' name for both sizes
+        if rules.setdefault(layer_type, rule) != rule:
             raise UnsupportedModelError(
                 f"{name} gives its {layer_type!r} layers different windows, which goose cannot mask per layer; run "
                 f"it with the speculator 'ar' only."
             )
-    per_type = len(windows) > 1
+    per_type = len(rules) > 1
     if per_type and not _takes_mask_per_type(net):
         raise UnsupportedModelError(
             f"{name} mixes full and windowed attention layers but does not take one mask per layer type, so a tree "
             f"mask cannot honour its windows; run it with the speculator 'ar' only."
         )
-    if not any(w is not None for w in windows.values()) and not per_type:
-        return FULL
-    return AttentionLayout(windows=windows, per_type=per_type)
+    layout = AttentionLayout(rules=rules, per_type=per_type)
+    return layout if layout.windowed or per_type else FULL

@@ -177,8 +177,9 @@ def step_inputs(draft: Draft, prefix_len: int, dtype: torch.dtype, device, layou
 
 def tree_mask(hidden: torch.Tensor, positions: torch.Tensor, prefix_len: int, dtype: torch.dtype, layout=None):
     """The additive mask of a step whose rows hide ``hidden`` (n, n) of each other and see the whole prefix,
-    narrowed per windowed layer type of ``layout`` to what sequential decoding would see: a row at position p
-    sees a key at position k (cached keys sit at their index) only when p - k < window."""
+    narrowed per layer type of ``layout`` to what sequential decoding would see: a row at position p sees a key
+    at position k (cached keys sit at their index) only when p - k < window, or, for chunked attention, when
+    both fall in the same chunk."""
     n = hidden.shape[0]
     low = torch.finfo(dtype).min
     full = torch.zeros((1, 1, n, prefix_len + n), dtype=dtype, device=hidden.device)
@@ -188,10 +189,14 @@ def tree_mask(hidden: torch.Tensor, positions: torch.Tensor, prefix_len: int, dt
     keys = torch.arange(prefix_len + n, device=hidden.device)
     keys[prefix_len:] = positions
     masks = {}
-    for layer_type, window in layout.windows.items():
-        if window is None:
+    for layer_type, rule in layout.rules.items():
+        if rule is None:
             masks[layer_type] = full
+            continue
+        kind, size = rule
+        if kind == "window":
+            far = keys[None, :] <= positions[:, None] - size
         else:
-            far = keys[None, :] <= positions[:, None] - window
-            masks[layer_type] = full.masked_fill(far, low)
+            far = keys[None, :] // size != positions[:, None] // size
+        masks[layer_type] = full.masked_fill(far, low)
     return masks if layout.per_type else next(iter(masks.values()))

@@ -1,5 +1,5 @@
 """Tree verification is exact on every common architecture, windows included: on tiny seeded random models of
-Llama, Qwen2, Qwen3, Mistral, Gemma 2, Gemma 3, Phi-3 and a single-KV-head Llama, every tree node's logits equal
+Llama, Qwen2, Qwen3, Mistral, Gemma 2, Gemma 3, Phi-3, Llama 4 (chunked attention) and a single-KV-head Llama, every tree node's logits equal
 a sequential pass over its path (trees crossing the window, non-contiguous accepted paths, compaction over
 several steps), and every registered speculator is token-identical to `ar`. Models goose cannot verify trees on
 exactly are refused with one sentence."""
@@ -40,6 +40,9 @@ def _configs() -> dict:
                                                    "sliding_attention"], final_logit_softcapping=15.0), "sdpa"),
         "phi3-window": (T.Phi3Config(**COMMON, num_hidden_layers=2, sliding_window=WINDOW), "sdpa"),
         "llama-one-kv-head": (T.LlamaConfig(**dict(COMMON, num_key_value_heads=1), num_hidden_layers=2), "sdpa"),
+        "llama4-chunked": (T.Llama4TextConfig(**COMMON, num_hidden_layers=2, no_rope_layers=[0, 1], head_dim=16,
+                                              intermediate_size_mlp=128, num_local_experts=2, num_experts_per_tok=1,
+                                              attention_chunk_size=WINDOW, attn_temperature_tuning=False), "sdpa"),
     }
 
 
@@ -110,7 +113,7 @@ def test_tree_logits_equal_sequential_across_steps(arch):
         committed = committed[:-1] + [tree.tokens[i] for i in path] + [rng.randrange(2, VOCAB - 1)]
 
 
-@pytest.mark.parametrize("arch", ["mistral-window", "gemma3"])
+@pytest.mark.parametrize("arch", ["mistral-window", "gemma3", "llama4-chunked"])
 def test_draft_rows_honour_windows(arch):
     """In-model draft rows (offsets and visible lists, as PTD and Lookahead lay them) see exactly what a sequential
     pass over the rows they see would: a chain of rows past the window, riding after a tree."""
@@ -152,9 +155,11 @@ def test_every_speculator_equals_ar(arch):
 
 def test_windows_are_read_per_layer_type():
     gemma3 = attention_layout(tiny("gemma3").model)
-    assert gemma3.per_type and gemma3.windows == {"sliding_attention": WINDOW, "full_attention": None}
+    assert gemma3.per_type and gemma3.rules == {"sliding_attention": ("window", WINDOW), "full_attention": None}
     mistral = attention_layout(tiny("mistral-window").model)
-    assert not mistral.per_type and mistral.windows == {"sliding_attention": WINDOW}
+    assert not mistral.per_type and mistral.rules == {"sliding_attention": ("window", WINDOW)}
+    llama4 = attention_layout(tiny("llama4-chunked").model)
+    assert llama4.per_type and llama4.rules == {"chunked_attention": ("chunk", WINDOW), "full_attention": None}
     assert not attention_layout(tiny("llama").model).windowed
     assert tiny("phi3-window").sliding_window == WINDOW and tiny("llama").sliding_window is None
 
@@ -171,6 +176,19 @@ def test_unsupported_attention_backend_is_refused_with_one_sentence():
     lm = LoadedModel(model=net, tokenizer=None, name="tiny flash", device=torch.device("cpu"), dtype=torch.float32)
     with pytest.raises(UnsupportedModelError, match='attn_implementation="sdpa"') as err:
         Decoder(lm, create("pld"))
+    _one_sentence(str(err.value))
+
+
+def test_attention_that_follows_row_order_is_refused():
+    """Llama 4's attention temperature (on its no-rope layers) is computed from the row index, not the position,
+    so a tree's rows would get the wrong one."""
+    config = T.Llama4TextConfig(**COMMON, num_hidden_layers=4, head_dim=16, intermediate_size_mlp=128,
+                                num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=WINDOW)
+    torch.manual_seed(0)
+    net = T.AutoModelForCausalLM.from_config(config).eval()
+    lm = LoadedModel(model=net, tokenizer=None, name="tiny llama4", device=torch.device("cpu"), dtype=torch.float32)
+    with pytest.raises(UnsupportedModelError, match="attn_temperature_tuning") as err:
+        Decoder(lm, create("tr"))
     _one_sentence(str(err.value))
 
 
