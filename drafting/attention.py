@@ -42,7 +42,8 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
     batch, heads, rows, dim = query.shape
     one_mask = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] == 1
     unmasked_row = attention_mask is None and rows == 1  # a plain decoding step: nothing to mask, nothing causal
-    if groups == 1 or dropout != 0.0 or not (one_mask or unmasked_row) or not _grouped_can_take(kwargs, one_mask):
+    if (groups == 1 or dropout != 0.0 or not (one_mask or unmasked_row)
+            or not (kwargs.keys() <= IGNORED or _grouped_can_take(kwargs, one_mask))):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     # head h = g * groups + r reads KV head g; stack its query rows as r * rows + i

@@ -8,6 +8,7 @@ outside these lists is refused with one sentence instead of being decoded silent
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -65,7 +66,12 @@ def _layer_types(config) -> tuple[list[str], list[dict]]:
 
 def _takes_mask_per_type(net) -> bool:
     """Whether the model's decoder forward accepts a dict of masks keyed by layer type (it then uses them as is)."""
-    for kind in {type(module) for module in net.modules()}:
+    return _source_takes_mask_per_type(tuple({type(module): None for module in net.modules()}))
+
+
+@functools.lru_cache(maxsize=None)
+def _source_takes_mask_per_type(kinds: tuple) -> bool:
+    for kind in kinds:
         try:
             source = inspect.getsource(kind.forward)
         except (OSError, TypeError):

@@ -151,7 +151,7 @@ def step_inputs(draft: Draft, prefix_len: int, dtype: torch.dtype, device, layou
         tokens += rows.tokens
         positions += [prefix_len + o for o in rows.offsets]
     n = len(tokens)
-    on_host = torch.device(device).type == "cpu"
+    on_host = getattr(device, "type", device) == "cpu"  # a torch.device or a plain name
     if is_chain and not rows:
         if on_host:
             return torch.tensor([tokens], dtype=torch.long), torch.tensor([positions], dtype=torch.long), None

@@ -1,8 +1,8 @@
 """Tree verification is exact on every common architecture, windows included: on tiny seeded random models of
-Llama, Qwen2, Qwen3, Mistral, Gemma 2, Gemma 3, Phi-3, Llama 4 (chunked attention) and a single-KV-head Llama, every tree node's logits equal
-a sequential pass over its path (trees crossing the window, non-contiguous accepted paths, compaction over
-several steps), and every registered speculator is token-identical to `ar`. Models goose cannot verify trees on
-exactly are refused with one sentence."""
+Llama, Qwen2, Qwen3, Mistral, Gemma 2, Gemma 3, Phi-3, Llama 4 (chunked attention) and a single-KV-head
+Llama, every tree node's logits equal a sequential pass over its path (trees crossing the window,
+non-contiguous accepted paths, compaction over several steps), and every registered speculator is
+token-identical to `ar`. Models goose cannot verify trees on exactly are refused with one sentence."""
 
 from __future__ import annotations
 
