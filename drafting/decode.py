@@ -14,6 +14,7 @@ from .kv_cache import new_cache
 
 from .model import LoadedModel
 from .speculators.base import Speculator, StepResult
+from .support import UnsupportedModelError, attention_layout  # noqa: F401 (UnsupportedModelError re-exported)
 from .trace import StepRecord
 from .tree import Draft
 from .verify import Forward, keep_accepted
@@ -22,10 +23,6 @@ from .acceptance import Acceptor, greedy_acceptor
 
 class ContextError(ValueError):
     """The prompt does not fit the model's context window; one sentence."""
-
-
-class UnsupportedModelError(ValueError):
-    """A tree speculator was asked to run on a model whose attention a tree mask would break; one sentence."""
 
 
 @dataclass
@@ -60,12 +57,8 @@ class Decoder:
         record_top: int = 0,
         record_margins: bool = False,
     ):
-        if lm.sliding_window and speculator.name != "ar":
-            # A custom 4-D mask replaces the model's sliding-window / chunked rule: outputs would silently change.
-            raise UnsupportedModelError(
-                f"{lm.name} uses sliding-window or chunked attention (window {lm.sliding_window}), which tree "
-                f"verification would silently break, so {speculator.name!r} cannot run on it; only 'ar' can."
-            )
+        if speculator.name != "ar":
+            attention_layout(lm.model, lm.name)  # one sentence when trees cannot be verified exactly on it
         self.lm = lm
         self.speculator = speculator
         self.acceptor = acceptor or greedy_acceptor

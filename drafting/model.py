@@ -196,10 +196,14 @@ def _eos_ids(net, tokenizer) -> set[int]:
 
 
 def _sliding_window(config) -> int | None:
-    """The attention window if any layer uses one (a custom tree mask would silently replace it)."""
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for attr in ("sliding_window", "attention_chunk_size"):
-        value = getattr(cfg, attr, None)
-        if value and (getattr(cfg, "use_sliding_window", True) is not False):
-            return int(value)
-    return None
+    """The narrowest attention window (or chunk) of any layer, None when every layer attends to the whole
+    context; read as transformers reads it to build the cache. Tree masks honour it (drafting.support)."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    try:
+        _, kwargs = get_layer_types_and_kwargs(cfg)
+    except Exception:  # a remote-code config transformers cannot read this way: nothing to report
+        return None
+    windows = [kw["sliding_window"] for kw in kwargs if kw.get("sliding_window")]
+    return int(min(windows)) if windows else None

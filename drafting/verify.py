@@ -6,7 +6,12 @@ import inspect
 
 import torch
 
+from .kv_cache import BufferedLayer
+from .staging import Staging
+from .support import UnsupportedModelError, attention_layout
 from .tree import Draft, step_inputs
+
+_staging = Staging()  # compaction indices on a GPU come through one reused pinned buffer
 
 
 class Forward:
@@ -17,6 +22,10 @@ class Forward:
         self.dtype = dtype
         self.device = device
         self.can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        try:  # which layers see a window, so tree masks honour it; a model goose cannot verify trees on runs chains
+            self.layout, self.unsupported = attention_layout(model), None
+        except UnsupportedModelError as exc:
+            self.layout, self.unsupported = None, exc
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], cache, logit_rows: int | None = None) -> torch.Tensor:
@@ -34,22 +43,35 @@ class Forward:
     def step(self, draft: Draft, cache) -> torch.Tensor:
         """Score every tree node and draft row in one pass; return logits (draft.size, V)."""
         prefix_len = cache.get_seq_length()
-        ids, pos, mask = step_inputs(draft, prefix_len, self.dtype, self.device)
+        if self.unsupported is not None and (draft.rows or len(draft.tree) > 1):
+            raise self.unsupported
+        ids, pos, mask = step_inputs(draft, prefix_len, self.dtype, self.device, self.layout)
         out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
         return out.logits[0]
 
 
 @torch.inference_mode()  # the cache tensors were made in inference mode; updating them in place needs it too
 def keep_accepted(cache, prefix_len: int, path: list[int]) -> None:
-    """Keep prefix + the accepted tree nodes (root first) in the cache; drop every other step row."""
+    """Keep prefix + the accepted tree nodes (root first) in the cache; drop every other step row.
+
+    Rows already in place (the accepted path's contiguous start) stay; the rest is moved with one gather per
+    layer, from one index tensor made once per device."""
     n_keep = len(path)
-    if path != list(range(n_keep)):
-        src = torch.tensor(path, dtype=torch.long) + prefix_len
+    first = next((j for j, node in enumerate(path) if node != j), n_keep)
+    if first < n_keep:
+        moved = path[first:]
+        start = prefix_len + first
+        index: dict = {}
         for layer in cache.layers:
             dev = layer.keys.device
-            s = src.to(dev)
-            layer.keys[:, :, prefix_len : prefix_len + n_keep] = layer.keys.index_select(2, s)
-            layer.values[:, :, prefix_len : prefix_len + n_keep] = layer.values.index_select(2, s)
+            src = index.get(dev)
+            if src is None:
+                src = index[dev] = _staging.to_device(moved, dev) + prefix_len
+            if isinstance(layer, BufferedLayer):
+                layer.keep(start, src)
+            else:
+                layer.keys[:, :, start : prefix_len + n_keep] = layer.keys.index_select(2, src)
+                layer.values[:, :, start : prefix_len + n_keep] = layer.values.index_select(2, src)
     extra = cache.get_seq_length() - (prefix_len + n_keep)
     if extra > 0:
         cache.crop(-extra)

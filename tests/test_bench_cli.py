@@ -195,20 +195,23 @@ def test_missing_embedded_model_names_the_install_command(prompt_file):
 
 
 @pytest.mark.slow
-def test_tree_speculator_refused_on_sliding_window_model(prompt_file, tmp_path):
-    """A tiny random Mistral with a sliding window, saved as a model folder: pld is refused in one sentence."""
-    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+def test_tree_speculator_refused_on_hybrid_model(prompt_file, tmp_path):
+    """A tiny random hybrid model (linear-attention layers), saved as a model folder: pld is refused in one
+    sentence (sliding-window models run: tests/test_architectures.py)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3NextConfig
 
     from drafting.model import _converted_folder, embedded_gguf, load_model
 
     converted = _converted_folder(embedded_gguf())  # the embedded model's tokenizer is borrowed
     if not (converted / "goose.json").exists():
         load_model()
-    folder = tmp_path / "windowed"
-    config = MistralConfig(vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                           num_attention_heads=2, num_key_value_heads=1, sliding_window=32,
-                           max_position_embeddings=256)
-    MistralForCausalLM(config).save_pretrained(folder)
+    folder = tmp_path / "hybrid"
+    config = Qwen3NextConfig(vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=1, head_dim=8, linear_num_key_heads=1,
+                             linear_num_value_heads=1, linear_key_head_dim=8, linear_value_head_dim=8, num_experts=2,
+                             num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                             layer_types=["linear_attention", "full_attention"], max_position_embeddings=256)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     AutoTokenizer.from_pretrained(converted).save_pretrained(folder)
     proc = goose("bench", prompt_file(GOOD), "--model", str(folder), "-s", "pld", "-n", "4")
-    assert_clean_failure(proc, "sliding-window", "only 'ar' can")
+    assert_clean_failure(proc, "'linear_attention' layers", "speculator 'ar' only")

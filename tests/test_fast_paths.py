@@ -41,6 +41,43 @@ def test_one_unmasked_row_is_stacked_and_equals_transformers_path():
         assert torch.allclose(got.float(), want.float(), atol=tol)
 
 
+def test_grouped_attention_hands_every_argument_it_does_not_implement_to_transformers():
+    """Sinks, soft-capping, position bias, dropout and a window no mask applies go to transformers' SDPA; only
+    bookkeeping arguments, and a window that the given mask applies, stay on the grouped path."""
+    from drafting.attention import _grouped_can_take
+
+    assert _grouped_can_take({"position_ids": torch.zeros(1, 3), "use_cache": True, "sliding_window": None}, False)
+    assert _grouped_can_take({"sliding_window": 8}, True)
+    assert not _grouped_can_take({"sliding_window": 8}, False)
+    for key in ("s_aux", "softcap", "position_bias", "anything_new"):
+        assert not _grouped_can_take({key: torch.ones(3)}, True), key
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 9, 5, 16), torch.randn(1, 3, 12, 16), torch.randn(1, 3, 12, 16)
+    mask = torch.zeros(1, 1, 5, 12)
+    bias = torch.randn(1, 9, 5, 12)
+    got, _ = grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25, position_bias=bias)
+    want, _ = sdpa_attention_forward(_Module(), q, k, v, mask, scaling=0.25, position_bias=bias)
+    plain, _ = grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25)
+    assert torch.allclose(got, want, atol=1e-6) and not torch.allclose(got, plain, atol=1e-3)
+    try:
+        grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25, softcap=30.0)
+    except ValueError as exc:  # transformers' SDPA refuses soft-capping rather than ignoring it
+        assert "softcap" in str(exc)
+    else:
+        raise AssertionError("softcap was dropped")
+
+
+def test_buffered_layer_with_values_narrower_than_keys_keeps_the_path():
+    """Keys and values of different widths (two buffers instead of one) grow and compact alike."""
+    layer = BufferedLayer()
+    keys, values = torch.randn(1, 2, 1100, 8), torch.randn(1, 2, 1100, 4)
+    layer.update(keys[:, :, :1000], values[:, :, :1000])
+    layer.update(keys[:, :, 1000:], values[:, :, 1000:])
+    layer.keep(1000, torch.tensor([1000, 1003, 1050]))
+    want = [*range(1000), 1000, 1003, 1050]
+    assert torch.equal(layer.keys, keys[:, :, want]) and torch.equal(layer.values, values[:, :, want])
+
+
 def test_tiny_test_model_runs_the_grouped_path(tiny_lm):
     assert tiny_lm.model.config._attn_implementation == NAME
 

@@ -8,9 +8,8 @@ import random
 import pytest
 import torch
 
-from drafting.decode import Decoder, UnsupportedModelError
+from drafting.decode import Decoder
 from drafting.kv_cache import new_cache
-from drafting.model import LoadedModel
 from drafting.speculators import create
 from drafting.speculators.base import Speculator
 from drafting.tree import Draft, DraftTree
@@ -135,12 +134,3 @@ def test_pld_equals_ar_on_tiny_model(tiny_lm):
     for spec in ("pld", "pld:gate=off,min_ngram=1"):
         assert Decoder(tiny_lm, create(spec)).generate(prompt, 50).output_ids == ref.output_ids
 
-
-def test_tree_speculators_refuse_sliding_window_models(tiny_lm):
-    windowed = LoadedModel(
-        model=tiny_lm.model, tokenizer=None, name="windowed", device=tiny_lm.device, dtype=tiny_lm.dtype,
-        eos_ids=tiny_lm.eos_ids, max_context=512, sliding_window=16,
-    )
-    with pytest.raises(UnsupportedModelError, match="sliding-window"):
-        Decoder(windowed, create("pld"))
-    Decoder(windowed, create("ar"))  # plain decoding needs no tree mask
