@@ -37,6 +37,7 @@ class LoadedModel:
     max_context: int = 2048
     sliding_window: int | None = None
     weights: str = "float"  # weight format applied at load time (drafting.weights)
+    mode_choice: object = None  # drafting.mode_probe.ModeChoice when --weights auto measured the choice
 
     @property
     def vocab_size(self) -> int:
@@ -200,8 +201,15 @@ def load_model(
     if not device_map:
         net = net.to(dev)
     net.eval()
-    net = apply_weights(net, weights)
+    if weights != "auto":
+        net = apply_weights(net, weights)
     use_grouped_attention(net)
+    choice = None
+    if weights == "auto":  # measured on this machine (cached), on the finished model
+        from .mode_probe import choose_weights
+
+        choice = choose_weights(net, name, dev, dt)
+        weights = choice.weights
     return LoadedModel(
         model=net,
         tokenizer=tokenizer,
@@ -212,6 +220,7 @@ def load_model(
         max_context=int(getattr(net.config, "max_position_embeddings", 2048) or 2048),
         sliding_window=_sliding_window(net.config),
         weights=weights,
+        mode_choice=choice,
     )
 
 
