@@ -5,6 +5,12 @@ Tree budgets (GOOSE ``budget=auto``, PTD rows ``auto``) read it to decide how ma
 Extra rows cost more after a long prompt (each attends over the whole cache: with SmolLM2-135M on 2 CPU cores
 16 rows cost 1.5x a one-row step after 256 cached tokens and 1.7x after 2,000), so ``PrefixCost`` keeps the
 curve at two cache lengths and interpolates between them for the step at hand.
+
+A cached curve can be wrong for this run (measured while the machine was busy, or the machine is busy now).
+``CurveWatch`` compares it with the run's own one-row steps (the decode loop reports them through
+``note_step``): when their median differs by more than ``DRIFT`` the curve is measured again, in place, so every
+budget reading it follows; when other processes hold the cores at that moment the curve is left alone and the
+run says once (``take_notices``) that the machine is oversubscribed.
 """
 
 from __future__ import annotations
@@ -84,6 +90,14 @@ def prefix_cost(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
     return PrefixCost(short, cost_curve(lm, prefix=long_prefix, refresh=refresh), 256, long_prefix)
 
 
+def _sync(lm: LoadedModel) -> None:
+    """Wait for every CUDA device the model lives on (a device map spreads it over several)."""
+    if lm.device.type != "cuda":
+        return
+    for dev in {p.device for p in lm.model.parameters() if p.device.type == "cuda"} or {lm.device}:
+        torch.cuda.synchronize(dev)
+
+
 def _key(lm: LoadedModel, prefix: int) -> str:
     raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
     if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
@@ -111,8 +125,7 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
         for r in range(repeats + 1):
             t0 = time.perf_counter()
             fwd.step(draft, cache)
-            if lm.device.type == "cuda":
-                torch.cuda.synchronize()
+            _sync(lm)
             if r:  # the first run warms up this shape
                 times.append(time.perf_counter() - t0)
             cache.crop(-len(tree))
@@ -121,14 +134,19 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
 
 
 def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> CostCurve:
-    """The cached curve for this model, device, dtype and thread count; measured when missing."""
+    """The cached curve for this model, device, dtype, weight format and thread count; measured when missing
+    (and stored, unless other processes held the cores meanwhile)."""
+    from .machine_load import LoadMeter
+
     path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
     if path.exists() and not refresh:
         try:
             return CostCurve(**json.loads(path.read_text()))
         except (ValueError, TypeError):
             pass
-    curve = measure(lm, prefix=prefix)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(curve)))
+    with LoadMeter() as meter:
+        curve = measure(lm, prefix=prefix)
+    if meter.load is None or not meter.load.busy:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(curve)))
     return curve

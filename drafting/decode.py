@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 import torch
 from .kv_cache import new_cache
 
+from .curve_watch import note_step
 from .model import LoadedModel
 from .speculators.base import Speculator, StepResult
 from .trace import StepRecord
@@ -145,6 +146,7 @@ class Decoder:
             if stop is None and prefix_len + len(path) + 1 > lm.max_context:
                 stop = "context"
             t2 = time.perf_counter()
+            note_step(lm.model, draft.size, prefix_len, t2 - t1)  # keeps a cached cost curve true to this run
             context.extend(emitted)
             spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
             t3 = time.perf_counter()
