@@ -105,8 +105,10 @@ def _key(lm: LoadedModel, prefix: int) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3) -> CostCurve:
-    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask)."""
+def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3,
+            limit_s: float | None = None) -> CostCurve:
+    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask).
+    With ``limit_s``, a first size slower than that ends the measurement there (the curve keeps one point)."""
     fwd = Forward(lm.model, lm.dtype, lm.device)
     gen = torch.Generator().manual_seed(0)
     vocab = min(lm.vocab_size, 32000)
@@ -129,8 +131,12 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
             if r:  # the first run warms up this shape
                 times.append(time.perf_counter() - t0)
             cache.crop(-len(tree))
+            if limit_s is not None and not seconds and times and times[0] > limit_s:
+                break  # one timed forward is enough to know it is too slow
         seconds.append(sorted(times)[len(times) // 2])
-    return CostCurve(sizes=list(sizes), seconds=seconds)
+        if limit_s is not None and seconds[0] > limit_s:
+            break
+    return CostCurve(sizes=list(sizes)[: len(seconds)], seconds=seconds)
 
 
 def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> CostCurve:
@@ -147,6 +153,12 @@ def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> Cos
     with LoadMeter() as meter:
         curve = measure(lm, prefix=prefix)
     if meter.load is None or not meter.load.busy:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(curve)))
+        store_curve(lm, prefix, curve)
     return curve
+
+
+def store_curve(lm: LoadedModel, prefix: int, curve: CostCurve) -> None:
+    """Make ``curve`` the cached one for this model and mode (what later tree budgets read)."""
+    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(curve)))
