@@ -33,9 +33,11 @@ class CurveWatch:
         self.ratios: list[float] = []
         self.remeasured = 0
         self.busy: str | None = None  # set once the machine was seen oversubscribed
+        self.last_prefix: int | None = None  # cache length of the latest step (any size)
         self._meter = LoadMeter().start()
 
     def observe(self, rows: int, prefix: int, seconds: float) -> None:
+        self.last_prefix = prefix
         if rows != 1 or seconds <= 0:
             return
         self.ratios.append(seconds / self.cost.at(prefix).time(1))
