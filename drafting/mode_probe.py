@@ -40,9 +40,12 @@ class ModeChoice:
     cached: bool = False  # read from the cache rather than measured in this process
     busy: str | None = None  # why the figures are not trustworthy (then not cached)
     source: str = "probe"  # "probe" or "doctor" (goose doctor's table refreshed it)
+    error: str | None = None  # why nothing could be timed (then float, the format as loaded)
 
     def describe(self) -> str:
         """One line for headers: what was chosen and the figures behind it."""
+        if self.error:
+            return f"--weights auto kept float for {self.dtype}: {self.error}"
         figures = ", ".join(
             f"{f} {' / '.join(f'{1000 * s:.1f}' for s in secs)}" for f, secs in self.seconds.items()
         )
@@ -164,7 +167,12 @@ def choose_weights(net: torch.nn.Module, name: str, device: torch.device, dtype:
     fp = fingerprint(net, name, device, dtype)
     choice = None if refresh else read_cached(fp)
     if choice is None:
-        choice = probe(net, name, device, dtype)
+        try:
+            choice = probe(net, name, device, dtype)
+        except (RuntimeError, ValueError) as exc:  # e.g. a sliding-window cache that cannot roll back a step
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            dt = str(dtype).replace("torch.", "")
+            return ModeChoice(dtype=dt, weights="float", rows=[], error=f"the probe could not time this model: {first}")
         write_cached(fp, choice)
     apply_weights(net, choice.weights)
     return choice

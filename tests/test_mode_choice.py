@@ -119,3 +119,21 @@ def test_dual_weights_keep_goose_identical_to_ar_on_real_prompts(real_prompts):
     ar, goose = Decoder(lm, create("ar")), Decoder(lm, create("goose"))
     for pid, ids in real_prompts[::3]:
         assert goose.generate(ids, 40).output_ids == ar.generate(ids, 40).output_ids, pid
+
+
+def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
+    """A sliding-window cache cannot roll a timed step back; the probe gives up cleanly and keeps float."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from drafting.mode_probe import choose_weights
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    config = MistralConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, sliding_window=32, max_position_embeddings=256)
+    net = MistralForCausalLM(config).eval()
+    choice = choose_weights(net, "windowed", torch.device("cpu"), torch.float32)
+    if choice.error is None:  # this transformers can roll the window back: then the probe simply ran
+        assert choice.weights in ("float", "onednn", "dual")
+        return
+    assert choice.weights == "float" and type(net.get_output_embeddings()) is torch.nn.Linear
+    assert "kept float" in choice.describe()
