@@ -9,7 +9,8 @@ step its faster kernel.
 
 The result is cached under the goose cache folder, keyed by a fingerprint of everything that decides it: CPU
 model and flags, core count, torch version, thread count, OpenMP settings, the model and its dtype. Any change
-makes a new probe. A probe taken while other processes held the cores is used for this run only, never cached.
+makes a new probe. A probe taken while other processes held the cores is kept for a few minutes only (so a
+burst of runs on a busy machine does not probe every time), and never replaces an idle machine's probe.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TREE_ROWS = 16
 PROBE_ROWS = (1, TREE_ROWS)
 PROBE_PREFIX = 128
 PROBE_REPEATS = 3
+BUSY_TTL_S = 600
 CANDIDATES = ("float", "onednn")  # same numbers, different kernels; `dual` combines them
 
 
@@ -115,6 +117,8 @@ def read_cached(fp: dict) -> ModeChoice | None:
         if doc.get("fingerprint") != fp:
             return None
         choice = ModeChoice(**doc["choice"])
+        if choice.busy and time.time() - float(doc.get("written", 0)) > BUSY_TTL_S:
+            return None  # measured on a busy machine: good for a few minutes of runs, then probed again
     except (OSError, ValueError, TypeError, KeyError):
         return None
     choice.cached = True
@@ -122,9 +126,11 @@ def read_cached(fp: dict) -> ModeChoice | None:
 
 
 def write_cached(fp: dict, choice: ModeChoice) -> None:
-    if choice.busy:
-        return  # a busy machine's figures must not shape later runs
+    """Store the choice; one measured on a busy machine only for ``BUSY_TTL_S`` (then it is probed again), so
+    it shapes the runs of the next minutes, not every later run, and a stored idle choice is never replaced by it."""
     path = cache_path(fp)
+    if choice.busy and read_cached(fp) is not None:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"fingerprint": fp, "choice": {**choice.to_dict(), "cached": False}, "written": time.time()}

@@ -42,10 +42,7 @@ def test_probe_is_cached_per_fingerprint_and_redone_when_it_changes(tmp_path, mo
     assert first.weights in ("float", "onednn", "dual")
     fp = fingerprint(_fresh_tiny().model, lm.name, cpu, torch.float32)
     path = cache_path(fp)
-    if first.busy:  # a busy machine's probe is never stored; nothing more to check about the cache
-        assert not path.exists()
-        return
-    assert path.exists()
+    assert path.exists()  # (a busy machine's probe too, for a few minutes)
     again = choose_weights(_fresh_tiny().model, lm.name, cpu, torch.float32)
     assert again.cached and again.weights == first.weights and again.seconds == first.seconds
     # another model identity is another fingerprint: a new probe
@@ -137,3 +134,23 @@ def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
         return
     assert choice.weights == "float" and type(net.get_output_embeddings()) is torch.nn.Linear
     assert "kept float" in choice.describe()
+
+
+def test_a_busy_probe_expires_and_never_replaces_an_idle_one(tmp_path, monkeypatch):
+    from drafting.mode_probe import BUSY_TTL_S, ModeChoice, cache_path, read_cached, write_cached
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    fp = {"cpu": "test", "model": "m"}
+    idle = ModeChoice(dtype="float32", weights="float", seconds={"float": [1.0, 2.0], "onednn": [1.5, 2.5]})
+    busy = ModeChoice(dtype="float32", weights="onednn", seconds={"float": [9.0, 9.0], "onednn": [1.0, 1.0]},
+                      busy="other processes used 1.8 of 2 cores")
+    write_cached(fp, idle)
+    write_cached(fp, busy)
+    assert read_cached(fp).weights == "float"
+    cache_path(fp).unlink()
+    write_cached(fp, busy)
+    assert read_cached(fp).weights == "onednn"  # kept for the next minutes of runs
+    doc = json.loads(cache_path(fp).read_text())
+    doc["written"] -= BUSY_TTL_S + 1
+    cache_path(fp).write_text(json.dumps(doc))
+    assert read_cached(fp) is None  # then probed again
