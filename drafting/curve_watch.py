@@ -5,8 +5,8 @@ disturbed, or this machine is busy now, the curve no longer says what a step cos
 every step (``note_step``); a watch registered for the model (``watch``) collects the one-row steps, and every
 ``WINDOW`` of them compares their median with the curve's one-row time at their cache length:
 
-- off by more than ``DRIFT`` while the machine is otherwise quiet: the curve is measured again and replaced in
-  place (every speculator holding it sees the new one);
+- off by more than ``DRIFT`` while the machine is otherwise quiet: the curve is measured again before the next
+  generation starts its clock (``settle``) and replaced in place (every speculator holding it sees the new one);
 - slower by more than ``DRIFT`` while other processes hold the cores: the machine is oversubscribed; the curve
   is kept (a busy machine's figures must not shape later runs) and one notice says so (``take_notices``).
 """
@@ -34,6 +34,7 @@ class CurveWatch:
         self.remeasured = 0
         self.busy: str | None = None  # set once the machine was seen oversubscribed
         self.last_prefix: int | None = None  # cache length of the latest step (any size)
+        self.pending = False  # found off: measure again at the next settle()
         self._meter = LoadMeter().start()
 
     def observe(self, rows: int, prefix: int, seconds: float) -> None:
@@ -54,10 +55,17 @@ class CurveWatch:
             self.busy = f"one-row steps take {ratio:.1f}x the cost curve and {load.describe()}"
             notice(f"machine oversubscribed: {self.busy}; this run's speed is not this machine's.")
         else:
-            fresh = self.rebuild()
-            self.cost.short, self.cost.long = fresh.short, fresh.long
-            self.cost.short_prefix, self.cost.long_prefix = fresh.short_prefix, fresh.long_prefix
-            self.remeasured += 1
+            self.pending = True  # measured again by settle(), outside any timed generation
+        self._meter = LoadMeter().start()
+
+    def settle(self) -> None:
+        if not self.pending:
+            return
+        self.pending = False
+        fresh = self.rebuild()
+        self.cost.short, self.cost.long = fresh.short, fresh.long
+        self.cost.short_prefix, self.cost.long_prefix = fresh.short_prefix, fresh.long_prefix
+        self.remeasured += 1
         self._meter = LoadMeter().start()
 
 
@@ -78,6 +86,14 @@ def note_step(model, rows: int, prefix: int, seconds: float) -> None:
     w = _WATCHES.get(model)
     if w is not None:
         w.observe(rows, prefix, seconds)
+
+
+def settle(model) -> None:
+    """Re-measure ``model``'s curve if its watch found it off; the decode loop calls this before a generation
+    starts its clock, so the measurement never lands inside a timed run."""
+    w = _WATCHES.get(model)
+    if w is not None:
+        w.settle()
 
 
 def notice(text: str) -> None:

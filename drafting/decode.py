@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import torch
 from .kv_cache import new_cache
 
-from .curve_watch import note_step
+from .curve_watch import note_step, settle
 from .model import LoadedModel
 from .speculators.base import Speculator, StepResult
 from .trace import StepRecord
@@ -105,6 +105,7 @@ class Decoder:
         result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
         cache = new_cache(lm.model.config)
+        settle(lm.model)  # a cost curve found off by earlier steps is measured again here, before the clock starts
         t_start = time.perf_counter()
         context = list(prompt_ids)
         spec.reset(list(context))

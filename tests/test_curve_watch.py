@@ -37,8 +37,11 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
 
     try:
         w = watch(model, cost, rebuild)
-        Decoder(lm, create("ar")).generate([5, 17, 33, 2], WINDOW + 2)  # ar: every step has one row
-        assert calls == [1] and w.remeasured == 1
+        dec = Decoder(lm, create("ar"))
+        dec.generate([5, 17, 33, 2], WINDOW + 2)  # ar: every step has one row
+        assert calls == [] and w.pending  # never inside a timed generation
+        dec.generate([5, 17, 33, 2], 2)  # the next one measures before its clock starts
+        assert calls == [1] and w.remeasured == 1 and not w.pending
         assert cost.short.seconds[0] < 1.0  # replaced in place: every holder of `cost` reads the new curve
         assert watch_of(model) is w
     finally:
