@@ -22,6 +22,7 @@ DRIFT = 0.25
 WINDOW = 8  # one-row steps per check
 
 _WATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> CurveWatch
+_LISTENERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> further watches
 _NOTICES: list[str] = []
 _SAID: set[str] = set()
 
@@ -81,18 +82,28 @@ def watch_of(model) -> CurveWatch | None:
     return _WATCHES.get(model)
 
 
+def listen(model, w: CurveWatch) -> CurveWatch:
+    """Feed ``w`` with ``model``'s steps too, without making its curve the one budgets read (a one-row-only
+    curve, as a plain-decoding baseline keeps)."""
+    _LISTENERS.setdefault(model, []).append(w)
+    return w
+
+
+def _all(model) -> list[CurveWatch]:
+    w = _WATCHES.get(model)
+    return ([w] if w is not None else []) + _LISTENERS.get(model, [])
+
+
 def note_step(model, rows: int, prefix: int, seconds: float) -> None:
     """A step of ``rows`` rows after ``prefix`` cached tokens took ``seconds`` (forward and acceptance)."""
-    w = _WATCHES.get(model)
-    if w is not None:
+    for w in _all(model):
         w.observe(rows, prefix, seconds)
 
 
 def settle(model) -> None:
     """Re-measure ``model``'s curve if its watch found it off; the decode loop calls this before a generation
     starts its clock, so the measurement never lands inside a timed run."""
-    w = _WATCHES.get(model)
-    if w is not None:
+    for w in _all(model):
         w.settle()
 
 

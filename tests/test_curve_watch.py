@@ -96,3 +96,23 @@ def test_load_meter_reads_the_counters():
         pytest.skip("no /proc counters here")
     assert m.load.others_cores >= 0 and m.load.own_cores >= 0 and m.load.cores >= 1
     assert "cores" in m.load.describe()
+
+
+def test_plain_baseline_reads_one_row_points_and_listens_to_steps(tiny_lm):
+    from dataclasses import replace
+
+    from drafting import curve_watch
+    from drafting.decode import Decoder
+    from drafting.plain_baseline import PlainBaseline
+    from drafting.speculators import create
+
+    lm = replace(tiny_lm, eos_ids=set())
+    curve_watch._WATCHES.pop(lm.model, None)
+    try:
+        base = PlainBaseline(lm)  # no budget curve held: one-row forwards timed now, not a full curve
+        assert base.cost.short.sizes == [1] and base.step_s(300) > 0
+        assert curve_watch.watch_of(lm.model) is None  # never the curve budgets would read
+        Decoder(lm, create("ar")).generate([5, 17, 33, 2], 3)
+        assert base.watch.last_prefix is not None and base.step_s() == base.cost.at(base.watch.last_prefix).time(1)
+    finally:
+        curve_watch._LISTENERS.pop(lm.model, None)
