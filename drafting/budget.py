@@ -123,14 +123,25 @@ def monotone(curve):
 
 def sane_curve(lm):
     """The model's cached verify cost curves (``drafting.cost.PrefixCost``), measured again if they look
-    taken on a busy machine, then made monotone (shared by every speculator with an ``auto`` budget)."""
+    taken on a busy machine, then made monotone; one object per model, shared by every speculator with an
+    ``auto`` budget and kept true to the run's own steps by drafting.curve_watch."""
     from .cost import PrefixCost, prefix_cost
+    from .curve_watch import watch, watch_of
 
-    cost = prefix_cost(lm)
-    if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
-        cost = prefix_cost(lm, refresh=True)
-    long = monotone(cost.long) if cost.long is not None else None
-    return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
+    have = watch_of(lm.model)
+    if have is not None:
+        return have.cost
+
+    def build(refresh: bool = False) -> PrefixCost:
+        cost = prefix_cost(lm, refresh=refresh)
+        if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
+            cost = prefix_cost(lm, refresh=True)
+        long = monotone(cost.long) if cost.long is not None else None
+        return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
+
+    result = build()
+    watch(lm.model, result, lambda: build(refresh=True))
+    return result
 
 
 class OnlineBudget:

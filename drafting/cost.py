@@ -5,6 +5,12 @@ Tree budgets (GOOSE ``budget=auto``, PTD rows ``auto``) read it to decide how ma
 Extra rows cost more after a long prompt (each attends over the whole cache: with SmolLM2-135M on 2 CPU cores
 16 rows cost 1.5x a one-row step after 256 cached tokens and 1.7x after 2,000), so ``PrefixCost`` keeps the
 curve at two cache lengths and interpolates between them for the step at hand.
+
+A cached curve can be wrong for this run (measured while the machine was busy, or the machine is busy now).
+``CurveWatch`` compares it with the run's own one-row steps (the decode loop reports them through
+``note_step``): when their median differs by more than ``DRIFT`` the curve is measured again, in place, so every
+budget reading it follows; when other processes hold the cores at that moment the curve is left alone and the
+run says once (``take_notices``) that the machine is oversubscribed.
 """
 
 from __future__ import annotations
@@ -80,6 +86,14 @@ def prefix_cost(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
     return PrefixCost(short, cost_curve(lm, prefix=long_prefix, refresh=refresh), 256, long_prefix)
 
 
+def _sync(lm: LoadedModel) -> None:
+    """Wait for every CUDA device the model lives on (a device map spreads it over several)."""
+    if lm.device.type != "cuda":
+        return
+    for dev in {p.device for p in lm.model.parameters() if p.device.type == "cuda"} or {lm.device}:
+        torch.cuda.synchronize(dev)
+
+
 def _key(lm: LoadedModel, prefix: int) -> str:
     raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
     if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
@@ -87,8 +101,10 @@ def _key(lm: LoadedModel, prefix: int) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3) -> CostCurve:
-    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask)."""
+def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3,
+            limit_s: float | None = None) -> CostCurve:
+    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask).
+    With ``limit_s``, a first size slower than that ends the measurement there (the curve keeps one point)."""
     fwd = Forward(lm.model, lm.dtype, lm.device)
     gen = torch.Generator().manual_seed(0)
     vocab = min(lm.vocab_size, 32000)
@@ -107,24 +123,38 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
         for r in range(repeats + 1):
             t0 = time.perf_counter()
             fwd.step(draft, cache)
-            if lm.device.type == "cuda":
-                torch.cuda.synchronize()
+            _sync(lm)
             if r:  # the first run warms up this shape
                 times.append(time.perf_counter() - t0)
             cache.crop(-len(tree))
+            if limit_s is not None and not seconds and times and times[0] > limit_s:
+                break  # one timed forward is enough to know it is too slow
         seconds.append(sorted(times)[len(times) // 2])
-    return CostCurve(sizes=list(sizes), seconds=seconds)
+        if limit_s is not None and seconds[0] > limit_s:
+            break
+    return CostCurve(sizes=list(sizes)[: len(seconds)], seconds=seconds)
 
 
 def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> CostCurve:
-    """The cached curve for this model, device, dtype and thread count; measured when missing."""
+    """The cached curve for this model, device, dtype, weight format and thread count; measured when missing
+    (and stored, unless other processes held the cores meanwhile)."""
+    from .machine_load import LoadMeter
+
     path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
     if path.exists() and not refresh:
         try:
             return CostCurve(**json.loads(path.read_text()))
         except (ValueError, TypeError):
             pass
-    curve = measure(lm, prefix=prefix)
+    with LoadMeter() as meter:
+        curve = measure(lm, prefix=prefix)
+    if meter.load is None or not meter.load.busy:
+        store_curve(lm, prefix, curve)
+    return curve
+
+
+def store_curve(lm: LoadedModel, prefix: int, curve: CostCurve) -> None:
+    """Make ``curve`` the cached one for this model and mode (what later tree budgets read)."""
+    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(curve)))
-    return curve

@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 import torch
 from .kv_cache import new_cache
 
+from .curve_watch import note_step, settle
 from .model import LoadedModel
 from .speculators.base import Speculator, StepResult
 from .support import UnsupportedModelError, attention_layout  # noqa: F401 (UnsupportedModelError re-exported)
@@ -93,6 +94,7 @@ class Decoder:
         result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
         cache = new_cache(lm.model.config)
+        settle(lm.model)  # a cost curve found off by earlier steps is measured again here, before the clock starts
         t_start = time.perf_counter()
         context = list(prompt_ids)
         spec.reset(list(context))
@@ -134,6 +136,7 @@ class Decoder:
             if stop is None and prefix_len + len(path) + 1 > lm.max_context:
                 stop = "context"
             t2 = time.perf_counter()
+            note_step(lm.model, draft.size, prefix_len, t2 - t1)  # keeps a cached cost curve true to this run
             context.extend(emitted)
             spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
             t3 = time.perf_counter()

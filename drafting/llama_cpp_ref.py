@@ -3,7 +3,8 @@
 
 It runs the GGUF file itself (the embedded model's, or the --model .gguf given) through ``llama-cpp-python``
 (optional: ``pip install .[llamacpp]``) on the same prompt token ids, with the same token limit and EOS rule,
-greedy, 2 threads unless told otherwise. Its kernels and quantised weights are not ours, so its outputs are
+greedy, 2 threads unless told otherwise; when goose runs on CUDA, llama.cpp offloads every layer to the GPU
+(``n_gpu_layers=-1``), so GPU goose is compared with GPU llama.cpp. Its kernels and quantised weights are not ours, so its outputs are
 not compared token by token; the bench reports its tokens/s beside ours. Not a registry speculator: the
 bench knows it by name, like ``hf-pld``.
 """
@@ -67,6 +68,7 @@ class LlamaCppRunner:
             self.llm = Llama(
                 model_path=str(path), n_ctx=min(lm.max_context, CONTEXT), n_threads=self.threads,
                 n_threads_batch=self.threads, draft_model=draft, verbose=False,
+                n_gpu_layers=-1 if lm.device.type == "cuda" else 0,  # all layers on the GPU when goose uses one
                 # with a draft model it reads logits of every position, but sizes its buffer by logits_all
                 logits_all=pld,
             )

@@ -35,6 +35,7 @@ class LoadedModel:
     sliding_window: int | None = None
     weights: str = "float"  # weight format applied at load time (drafting.weights)
     gguf: Path | None = None  # the GGUF file the weights were converted from, if any
+    mode_choice: object = None  # drafting.mode_probe.ModeChoice when --weights auto measured the choice
 
     @property
     def vocab_size(self) -> int:
@@ -166,8 +167,15 @@ def load_model(
     if not device_map:
         net = net.to(dev)
     net.eval()
-    net = apply_weights(net, weights)
+    if weights != "auto":
+        net = apply_weights(net, weights)
     use_grouped_attention(net)
+    choice = None
+    if weights == "auto":  # measured on this machine (cached), on the finished model
+        from .mode_probe import choose_weights
+
+        choice = choose_weights(net, name, dev, dt)
+        weights = choice.weights
     return LoadedModel(
         model=net,
         tokenizer=tokenizer,
@@ -179,6 +187,7 @@ def load_model(
         sliding_window=_sliding_window(net.config),
         weights=weights,
         gguf=gguf,
+        mode_choice=choice,
     )
 
 

@@ -36,5 +36,22 @@ class OneDNNLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class RowDispatchLinear(OneDNNLinear):
+    """Holds the plain weight beside the packed one: a one-row input (a plain decoding step) takes torch's own
+    kernel, more rows (tree steps, prefill) take oneDNN's. On CPUs where oneDNN loses for one row but wins from a
+    few rows up, both kinds of step get the faster kernel. Float32 only is offered as exact (see
+    drafting.weights): both kernels compute each row to float rounding, so a tree row matches the same row of a
+    one-row step as closely as with either kernel alone. The price is a second copy of the weights in memory."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__(linear)
+        self.register_buffer("weight", linear.weight.detach(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() == self.in_features:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        return super().forward(x)
+
+
 def available() -> bool:
     return torch.backends.mkldnn.is_available()

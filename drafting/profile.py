@@ -2,8 +2,13 @@
 speed and the verification cost curve for each mode, measured side by side (``goose doctor``).
 
 Algorithm-free: it only loads the model in each mode and times forwards with ``drafting.cost.measure``. A
-mode measured with the default prefix also refreshes the cached cost curve that tree budgets read, so the
-budget of a later run matches the mode it runs in.
+mode measured with the default prefix and the full curve also refreshes the cached cost curve that tree
+budgets read, so the budget of a later run matches the mode it runs in.
+
+``profile_modes`` respects the user's time and reports honestly: a mode more than ``GIVE_UP`` times slower than
+the fastest one-row step seen so far is timed once and not further, and every mode is measured under a load
+meter and followed by a quick calibration, so a machine that other processes keep busy is noticed (the caller
+says so instead of printing figures far off this machine's speed).
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .cost import DEFAULT_SIZES, cost_curve, measure
+from .cost import DEFAULT_SIZES, measure, store_curve
+from .machine_load import LoadMeter, calibrate
 from .model import DTYPES, ModelError, load_model, resolve_device, resolve_dtype
 from .verify import Forward
 from .weights import FORMATS, WeightsError, check_format
 
 DEFAULT_PREFIX = 256
+QUICK_SIZES = (1, 4, 16)  # the doctor's default: a plain step, a small and a typical tree
+GIVE_UP = 5.0  # a mode this many times slower than the fastest one-row step seen is not timed further
+SLOWDOWN = 2.0  # a calibration this many times slower than the first one: the machine got busy
 
 
 @dataclass
@@ -42,6 +51,9 @@ class ModeProfile:
     sizes: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)  # median seconds of one forward with that many rows
     error: str | None = None  # why this mode could not be measured
+    gave_up: str | None = None  # why it was timed once only (far slower than the fastest)
+    busy: str | None = None  # what the load meter or calibration saw while it was measured
+    fingerprint: dict | None = None  # the machine fingerprint (drafting.mode_probe) of a float mode
 
     @property
     def step_s(self) -> float:
@@ -98,24 +110,54 @@ def auto_choice(device: str) -> tuple[str, str]:
     dt = str(resolve_dtype("auto", dev)).replace("torch.", "")
     if dev.type == "cuda":
         return dt, "on CUDA auto picks bfloat16: tensor cores make it much faster than float32; outputs are identical to `ar` up to near-ties."
-    return dt, "on CPU auto picks float32 (with oneDNN-packed weights), the exact-reference mode whose tree verification matches plain decoding token for token; faster modes are opt-in."
+    return dt, ("on CPU auto picks float32, the exact-reference mode whose tree verification matches plain decoding "
+                "token for token; --weights auto then takes the fastest of float / onednn / dual measured here.")
+
+
+def weights_choices(profiles: list["ModeProfile"]):
+    """``--weights auto``'s choice per dtype from this table (drafting.mode_probe.decide over the float and
+    onednn rows, one row and the largest size up to the probe's tree size), as ModeChoice objects."""
+    from .mode_probe import TREE_ROWS, ModeChoice, decide
+
+    out = []
+    for dt in dict.fromkeys(p.dtype for p in profiles):
+        rows = {p.weights: p for p in profiles if p.dtype == dt and p.weights in ("float", "onednn")
+                and p.error is None and p.gave_up is None and p.seconds}
+        if len(rows) < 2:
+            continue
+        sizes = [n for n in rows["float"].sizes if n in rows["onednn"].sizes and n <= TREE_ROWS]
+        at = [1, sizes[-1]] if sizes and sizes[-1] > 1 else [1]
+        seconds = {w: [p.seconds[p.sizes.index(n)] for n in at] for w, p in rows.items()}
+        busy = next((p.busy for p in rows.values() if p.busy), None)
+        out.append((rows["float"].fingerprint, ModeChoice(dtype=dt, weights=decide(seconds), rows=at,
+                                                          seconds=seconds, busy=busy, source="goose doctor")))
+    return out
 
 
 def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES, prefix: int = DEFAULT_PREFIX,
-                 repeats: int = 3) -> ModeProfile:
-    """Load the model in ``mode`` and time it; a failure is kept as ``error`` (one sentence), not raised."""
+                 repeats: int = 3, limit_s: float | None = None, loader=load_model) -> ModeProfile:
+    """Load the model in ``mode`` and time it; a failure is kept as ``error`` (one sentence), not raised. A
+    one-row step slower than ``limit_s`` is timed once and the rest skipped (``gave_up``)."""
     out = ModeProfile(mode=mode.label, dtype=mode.dtype, weights=mode.weights)
     lm = None
     try:
         t0 = time.perf_counter()
-        lm = load_model(model, device=device, dtype=mode.dtype, weights=mode.weights)
+        lm = loader(model, device=device, dtype=mode.dtype, weights=mode.weights)
         out.load_s = time.perf_counter() - t0
-        out.prefill_tokens_per_s = _prefill_speed(lm, prefix)
-        if tuple(sizes) == DEFAULT_SIZES and prefix == DEFAULT_PREFIX and repeats == 3:
-            curve = cost_curve(lm, prefix=prefix, refresh=True)  # also what tree budgets will read
-        else:
-            curve = measure(lm, sizes=tuple(sizes), prefix=prefix, repeats=repeats)
+        if mode.weights == "float":
+            from .mode_probe import fingerprint
+
+            out.fingerprint = fingerprint(lm.model, lm.name, lm.device, lm.dtype)
+        with LoadMeter() as meter:
+            curve = measure(lm, sizes=tuple(sizes), prefix=prefix, repeats=repeats, limit_s=limit_s)
         out.sizes, out.seconds = list(curve.sizes), list(curve.seconds)
+        if len(curve.seconds) < len(sizes):
+            out.gave_up = f"more than {GIVE_UP:g}x slower than the fastest one-row step; not timed further"
+        else:
+            full = tuple(sizes) == DEFAULT_SIZES and prefix == DEFAULT_PREFIX and repeats == 3
+            if full and (meter.load is None or not meter.load.busy):
+                store_curve(lm, prefix, curve)  # also what tree budgets will read
+            out.prefill_tokens_per_s = _prefill_speed(lm, prefix)
     except ModelError as exc:
         out.error = str(exc)
     except RuntimeError as exc:  # a kernel missing for this dtype on this device
@@ -147,3 +189,34 @@ def _prefill_speed(lm, n: int) -> float:
 def fastest(profiles: list[ModeProfile]) -> ModeProfile | None:
     ok = [p for p in profiles if p.error is None and p.seconds]
     return min(ok, key=lambda p: p.step_s) if ok else None
+
+
+def profile_modes(model: str | None, device: str, modes: list[Mode], sizes=QUICK_SIZES,
+                  prefix: int = DEFAULT_PREFIX, repeats: int = 3, stop_when_busy: bool = True, loader=load_model,
+                  on_mode=None) -> tuple[list[ModeProfile], str | None]:
+    """Profile every mode in turn; returns (profiles, why the machine looks busy or None). A busy machine
+    ends the run after the mode that showed it, unless ``stop_when_busy`` is False. ``on_mode(mode)`` is
+    called before each mode (progress)."""
+    base = calibrate()
+    profiles: list[ModeProfile] = []
+    busy = None
+    for m in modes:
+        if on_mode is not None:
+            on_mode(m)
+        best = fastest(profiles)
+        limit = GIVE_UP * best.step_s if best is not None else None
+        with LoadMeter() as meter:
+            p = profile_mode(model, device, m, sizes=sizes, prefix=prefix, repeats=repeats, limit_s=limit,
+                             loader=loader)
+        now = calibrate()
+        if meter.load is not None and meter.load.busy:
+            p.busy = meter.load.describe()
+        elif now > SLOWDOWN * base:
+            p.busy = f"a fixed matrix product ran {now / base:.1f}x slower than at the start"
+        base = min(base, now)
+        profiles.append(p)
+        if p.busy and busy is None:
+            busy = f"while measuring {p.mode}, {p.busy}"
+            if stop_when_busy:
+                break
+    return profiles, busy

@@ -1,7 +1,9 @@
 """Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
-weights packed for oneDNN, see drafting.onednn_linear), ``int8`` (weight-only int8 layers, bfloat16 between
-them), or ``auto``: ``onednn`` for float32 or bfloat16 on a CPU whose torch has oneDNN (faster, and the same
-numbers: each row matches torch's own kernels to rounding), else ``float``.
+weights packed for oneDNN, see drafting.onednn_linear), ``dual`` (both: torch's kernel for one-row steps,
+oneDNN's for tree steps and prefill), ``int8`` (weight-only int8 layers, bfloat16 between them), or ``auto``: on
+a CPU whose torch has oneDNN, in float32 or bfloat16, the fastest of float / onednn / dual as measured on this
+machine by drafting.mode_probe (cached per machine); elsewhere ``float``. All three compute the same numbers up
+to float rounding, so auto never trades exactness for speed; int8 (different weights) is only used when asked.
 
 ``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.int8_linear): int8 weights, one
 scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
@@ -23,7 +25,8 @@ import torch
 
 from . import int8_linear, onednn_linear
 
-FORMATS = ("auto", "float", "onednn", "int8")
+FORMATS = ("auto", "float", "onednn", "dual", "int8")
+SAME_NUMBERS = ("float", "onednn", "dual")  # the formats auto chooses among (float weights, kernels differ)
 
 
 class WeightsError(ValueError):
@@ -31,22 +34,26 @@ class WeightsError(ValueError):
 
 
 def resolve_format(weights: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` -> the concrete format for this device and dtype; anything else is checked and returned."""
+    """``auto`` -> ``auto`` where a measured choice is possible (a CPU with oneDNN, float32 or bfloat16: the
+    loader then runs drafting.mode_probe), else ``float``; anything else is checked and returned."""
     if weights == "auto":
-        fast = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_linear.available()
-        return "onednn" if fast else "float"
+        return "auto" if probe_possible(device, dtype) else "float"
     check_format(weights, device, dtype)
     return weights
+
+
+def probe_possible(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_linear.available()
 
 
 def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None:
     if weights not in FORMATS:
         raise WeightsError(f"Unknown weight format {weights!r}; use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
-    if weights == "onednn":
+    if weights in ("onednn", "dual"):
         if device.type != "cpu":
-            raise WeightsError("--weights onednn packs weights for oneDNN's CPU kernels; use it with --device cpu.")
+            raise WeightsError(f"--weights {weights} packs weights for oneDNN's CPU kernels; use it with --device cpu.")
         if not onednn_linear.available():
-            raise WeightsError("This torch build has no oneDNN, so --weights onednn cannot run here.")
+            raise WeightsError(f"This torch build has no oneDNN, so --weights {weights} cannot run here.")
     if weights == "int8":
         if device.type != "cpu":
             raise WeightsError("--weights int8 uses torch's CPU int8 kernels; use it with --device cpu.")
@@ -57,14 +64,20 @@ def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None
 
 
 def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
-    """Return ``net`` with a concrete weight format applied (``float`` returns it unchanged; resolve ``auto``
-    with ``resolve_format`` first, which knows the device and dtype)."""
+    """Return ``net`` with a concrete weight format applied (``float`` returns it unchanged; ``auto`` is
+    drafting.mode_probe's measured choice, made once the model is complete)."""
     if weights == "float":
         return net
-    layer = {"onednn": onednn_linear.OneDNNLinear, "int8": int8_linear.Int8WeightLinear}.get(weights)
+    return replace_linear_layers(net, layer_class(weights))
+
+
+def layer_class(weights: str):
+    """The layer that replaces ``nn.Linear`` in a concrete non-float format."""
+    layer = {"onednn": onednn_linear.OneDNNLinear, "dual": onednn_linear.RowDispatchLinear,
+             "int8": int8_linear.Int8WeightLinear}.get(weights)
     if layer is None:
         raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
-    return replace_linear_layers(net, layer)
+    return layer
 
 
 def replace_linear_layers(net: torch.nn.Module, layer) -> torch.nn.Module:

@@ -17,12 +17,18 @@ from .options import (
 INTERRUPTED = 130
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 @app.command()
 def bench(
     prompts: Annotated[Path, typer.Argument(help="JSON Lines prompt file: {\"prompt\", \"id\"?, \"task\"?, \"turns\"?} per line.", show_default=False)],
     speculators: Annotated[
         str,
-        typer.Option("--speculators", "-s", help="Comma-separated specs, e.g. 'pld,hf-pld' or 'pld:max_ngram=3,draft=10,goose:budget=60'; `ar` always runs as the reference."),
+        typer.Option("--speculators", "-s", help="Comma-separated specs, e.g. 'hf-ar,pld,hf-pld' or 'pld:max_ngram=3,draft=10,goose:budget=60'; `ar` always runs as the reference; hf-ar (transformers' own generate() on the unmodified model) adds the speedup vs the faster plain decoding."),
     ] = "ar,pld,hf-pld",
     max_new_tokens: MaxNewTokens = 128,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Run only the first N prompts (after --tasks).", min=1)] = None,
@@ -48,6 +54,9 @@ def bench(
     """Run speculators in turn on every prompt, check each output against `ar` and report speedups."""
     from drafting.bench import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
     from drafting.decode import UnsupportedModelError
+    from drafting.curve_watch import take_notices
+    from drafting.hf_generate import NAME as HF_AR
+    from drafting.openmp import describe_settings
     from drafting.hf_pld import NAME as HF_PLD
     from drafting.llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, LlamaCppError
     from drafting.prompt_file import PromptFileError, read_prompts
@@ -66,7 +75,7 @@ def bench(
         fail("--speculators is empty; name at least one speculator, e.g. pld.")
     try:
         for spec in specs:
-            if spec.split(":")[0].strip() not in (HF_PLD, *LLAMA_CPP_NAMES):
+            if spec.split(":")[0].strip() not in (HF_AR, HF_PLD, *LLAMA_CPP_NAMES):
                 parse_spec(spec)
     except SpecError as exc:
         fail(str(exc))
@@ -91,6 +100,8 @@ def bench(
         "raw": raw,
         "sampling": {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "seed": params.seed},
         "speculators": [c.spec for c in contenders],
+        "weights_choice": lm.mode_choice.to_dict() if lm.mode_choice is not None else None,
+        "openmp": describe_settings(),
     }
     try:
         results = ResultsFile(json_out, meta, resume)
@@ -101,6 +112,9 @@ def bench(
     done = results.done()
     todo = sum(1 for p in prompt_list for c in contenders if (p.id, c.spec) not in done)
     report.start(len(prompt_list), todo, len(done))
+    if lm.mode_choice is not None:
+        report.note(lm.mode_choice.describe())
+    report.note(f"OpenMP: {meta['openmp']}; {torch_threads()} threads")
     try:
         with report.progress(todo) as advance:
             for item in run_bench(lm, contenders, prompt_list, settings, results):
@@ -113,5 +127,7 @@ def bench(
         raise typer.Exit(INTERRUPTED) from None
     results.save(complete=True)
     report.tables(results.document(complete=True))
+    for line in take_notices():
+        report.note(f"note: {line}")
     if json_out:
         report.note(f"results: {json_out}")

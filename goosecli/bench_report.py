@@ -35,6 +35,7 @@ class Report:
     @contextmanager
     def progress(self, total: int):
         from drafting.bench import Skip
+        from drafting.curve_watch import take_notices
 
         bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -49,6 +50,8 @@ class Report:
                     bar.advance(task, len(self.specs))
                     return
                 bar.console.print(self._run_line(item), soft_wrap=True)
+                for line in take_notices():  # e.g. the machine found oversubscribed: said once
+                    bar.console.print(f"[yellow]note:[/yellow] {line}", soft_wrap=True)
                 bar.update(task, advance=1, description=f"{item['prompt_id']} {item['speculator']}")
 
             yield advance
@@ -93,6 +96,8 @@ class Report:
 
     def _cells(self, s: dict) -> list[str]:
         speedup = f"{s['speedup']:.2f}x" if s["speedup"] is not None else "-"
+        vs_plain = s.get("speedup_vs_plain")
+        speedup += f" / {vs_plain:.2f}x" if vs_plain is not None else " / -"
         if not self.greedy:
             same = "sampled"
         elif s["identical"] is None:  # another engine: not compared token by token
@@ -110,15 +115,18 @@ class Report:
 
     def _main_table(self, summary: dict, title: str) -> Table:
         t = Table(title=title)
-        for col in ("speculator", "tokens/s", "speedup vs ar", "mean accepted", "identical to ar", "prompts"):
+        plain = next(iter(summary.values())).get("plain_reference", "ar")
+        for col in ("speculator", "tokens/s", f"speedup vs ar / vs fastest plain ({plain})", "mean accepted", "identical to ar", "prompts"):
             t.add_column(col, justify="left" if col == "speculator" else "right")
+        t.caption = "fastest plain: the faster of ar and hf-ar (transformers' own generate()) in this run"
         for spec, s in summary.items():
             t.add_row(spec, *self._cells(s))
         return t
 
     def _task_table(self, summary: dict, tasks: list[str]) -> Table:
         t = Table(title="per task")
-        for col in ("task", "speculator", "tokens/s", "speedup vs ar", "mean accepted", "identical to ar", "prompts"):
+        plain = next(iter(summary.values())).get("plain_reference", "ar")
+        for col in ("task", "speculator", "tokens/s", f"speedup vs ar / vs fastest plain ({plain})", "mean accepted", "identical to ar", "prompts"):
             t.add_column(col, justify="left" if col in ("task", "speculator") else "right")
         for task in tasks:
             first = True

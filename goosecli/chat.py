@@ -130,7 +130,7 @@ def answer(session, text: str, out, err) -> None:
     stopped = False
     try:
         for record, elapsed in stream:
-            stats.add(record, elapsed)
+            stats.add(record, elapsed, session.baseline)
             for token, how in zip(record.emitted, provenance(record)):
                 piece = detok.push(token)
                 if piece:
@@ -140,8 +140,7 @@ def answer(session, text: str, out, err) -> None:
         stream.close()  # the partial answer joins the history
         stopped = True
     out.print()
-    up = stats.speedup(session.ar_step_s)
-    speed = f" · {up:.2f}× vs ar ({session.ar_step_s * 1e3:.0f} ms/token measured at start)" if up else ""
+    speed = stats.speed_text(session.ar_step_s, session.baseline)
     err.print(
         f"── {session.speculator} · {stats.tokens} tokens in {stats.steps} steps · {stats.mean_accepted:.2f} tok/step"
         f" · {stats.tokens_per_s:.1f} tok/s{speed}{' · stopped' if stopped else ''}",

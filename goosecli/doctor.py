@@ -22,18 +22,25 @@ def doctor(
         typer.Option("--modes", help="Comma-separated modes to measure, DTYPE[+WEIGHTS], e.g. 'float32,bfloat16,bfloat16+int8'; default: every mode this device offers."),
     ] = None,
     prefix: Annotated[int, typer.Option("--prefix", help="Tokens already in the KV cache when the forwards are timed (also the prefill length timed).", min=1)] = 256,
-    max_rows: Annotated[int, typer.Option("--max-rows", help="Largest forward of the cost curve (powers of two from 1 up to this).", min=1, max=1024)] = 128,
+    max_rows: Annotated[
+        Optional[int],
+        typer.Option("--max-rows", help="Time the full cost curve, powers of two from 1 up to this (e.g. 128); default: only 1, 4 and 16 rows, to keep the run short.", min=1, max=1024),
+    ] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per size (the median is kept), after one warm-up.", min=1, max=50)] = 3,
+    even_if_busy: Annotated[bool, typer.Option("--even-if-busy", help="Measure every mode and print the figures even when other processes keep the machine busy (they are then not this machine's speed).")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", "-o", help="Write the raw numbers here as JSON.")] = None,
 ) -> None:
-    """Time one-token steps, prefill and the verification cost curve (1..128 rows) for every dtype and weight
-    format; say which is fastest and what `--dtype auto` picks."""
+    """Time one-token steps, prefill and verification forwards (1, 4 and 16 rows by default; --max-rows for the
+    full curve) for every dtype and weight format; say which is fastest and what `--dtype auto` and
+    `--weights auto` pick. A mode far slower than the fastest is timed once only; a busy machine is reported
+    instead of timed."""
     import torch
     from rich.console import Console
     from rich.table import Table
 
     from drafting.model import ModelError, resolve_device
-    from drafting.profile import auto_choice, fastest, parse_modes, profile_mode
+    from drafting.mode_probe import write_cached
+    from drafting.profile import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, weights_choices
 
     try:
         dev = resolve_device(device)
@@ -42,30 +49,39 @@ def doctor(
         fail(str(exc))
     if json_out is not None and json_out.is_dir():
         fail(f"--json {str(json_out)!r} is a folder; give a file name.")
-    sizes = [1]
-    while sizes[-1] * 2 <= max_rows:
-        sizes.append(sizes[-1] * 2)
-    if sizes[-1] != max_rows:
-        sizes.append(max_rows)
+    sizes = list(QUICK_SIZES)
+    if max_rows is not None:
+        sizes = [1]
+        while sizes[-1] * 2 <= max_rows:
+            sizes.append(sizes[-1] * 2)
+        if sizes[-1] != max_rows:
+            sizes.append(max_rows)
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False)
     if not out.is_terminal:  # logs and pipes: do not squeeze the table into 80 columns
         out.width = max(out.width, 140)
     threads = torch.get_num_threads()
-    profiles = []
-    for m in mode_list:
-        with err.status(f"goose doctor: measuring {m.label}"):
-            p = profile_mode(model, device, m, sizes=sizes, prefix=prefix, repeats=repeats)
-        profiles.append(p)
+    with err.status("goose doctor: calibrating") as status:
+        profiles, busy = profile_modes(
+            model, device, mode_list, sizes=sizes, prefix=prefix, repeats=repeats, stop_when_busy=not even_if_busy,
+            on_mode=lambda m: status.update(f"goose doctor: measuring {m.label}"),
+        )
     if all(p.error for p in profiles):
         fail(profiles[0].error)  # the model does not load at all (bad path, missing file): one sentence
-    table = Table(title=f"forward time by mode on {dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})")
+    if busy and not even_if_busy:
+        fail(f"The machine is busy ({busy}), so its timings would be far from this machine's speed; run goose "
+             f"doctor again when it is idle, or pass --even-if-busy.", code=3)
+    title = f"forward time by mode on {dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})"
+    table = Table(title=title + (" — MACHINE BUSY, figures not trustworthy" if busy else ""))
     table.add_column("mode")
     for col in ("tokens/s (1 row)", "prefill tok/s", *(str(n) for n in sizes), f"{sizes[-1]} / 1"):
         table.add_column(col, justify="right")
     for p in profiles:
-        if p.error:
-            table.add_row(p.mode, f"[red]{p.error}[/red]", *[""] * (len(sizes) + 2))
+        if p.error or p.gave_up:
+            cells = [f"{1 / p.step_s:.1f}", "", f"{1000 * p.step_s:.1f}"] if p.gave_up else []
+            note = f"[red]{p.error}[/red]" if p.error else f"[yellow]{p.gave_up}[/yellow]"
+            cells += [note]
+            table.add_row(p.mode, *cells, *[""] * (len(sizes) + 3 - len(cells)))
             continue
         table.add_row(
             p.mode, f"{1 / p.step_s:.1f}", f"{p.prefill_tokens_per_s:.0f}",
@@ -78,6 +94,11 @@ def doctor(
         out.print(f"fastest one-token step here: {best.mode} ({1000 * best.step_s:.1f} ms); "
                   f"use it with {_flags(best)}.")
     out.print(f"--dtype auto picks {auto_dt}: {why}")
+    choices = weights_choices(profiles)
+    for fp, choice in choices:
+        if fp is not None and not busy:
+            write_cached(fp, choice)  # later runs with --weights auto use exactly this table's choice
+        out.print(choice.describe())
     if json_out is not None:
         doc = {
             "device": dev.type,
@@ -85,7 +106,9 @@ def doctor(
             "prefix": prefix,
             "repeats": repeats,
             "sizes": sizes,
+            "busy": busy,
             "auto": {"dtype": auto_dt, "reason": why},
+            "weights_auto": [c.to_dict() for _, c in choices],
             "fastest": best.mode if best else None,
             "modes": [p.to_dict() for p in profiles],
         }

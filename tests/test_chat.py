@@ -105,7 +105,8 @@ def test_plain_chat_answers_piped_prompts(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     summaries = [line for line in done.stderr.splitlines() if line.startswith("── pld")]
-    assert len(summaries) == 2 and all("tokens in" in s and "vs ar" in s for s in summaries)
+    # a speedup, or "machine busy" when other processes held the cores (this test may share them)
+    assert len(summaries) == 2 and all("tokens in" in s and ("vs ar" in s or "machine busy" in s) for s in summaries)
     assert done.stdout.strip()
     trace = read_trace(tmp_path / "t.jsonl")
     assert len(trace.sections) == 2 and sum(len(r.emitted) for r in trace.sections[0]["records"]) == 8

@@ -25,3 +25,34 @@ def test_release_lets_the_workers_go_and_torch_still_runs():
     assert _threads() < before
     expected = a.double() @ a.double()
     assert torch.allclose((a @ a).double(), expected, rtol=1e-4, atol=1e-3)  # the team comes back when needed
+
+
+def test_startup_settings_never_override_the_user():
+    from drafting.openmp import STARTUP_SETTINGS, apply_startup_settings, startup_settings
+
+    assert startup_settings({}) == STARTUP_SETTINGS
+    for knob in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS"):
+        assert startup_settings({knob: "x"}) == {}
+    assert startup_settings({"GOOSE_OPENMP": "keep"}) == {}
+    env: dict = {}
+    assert apply_startup_settings(env) == {} and env == {}  # torch is imported here already: too late to set
+
+
+def _child_env(**extra):
+    import subprocess
+
+    from cli import ROOT
+
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "GOOSE_OPENMP")}
+    clean.update(PYTHONPATH=str(ROOT), **extra)
+    code = "import goosecli, os; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+    return subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120).stdout.split()
+
+
+def test_the_command_sets_its_default_before_torch_loads_unless_told_otherwise():
+    from drafting.openmp import STARTUP_SETTINGS
+
+    assert _child_env() == [STARTUP_SETTINGS["GOMP_SPINCOUNT"], "None"]
+    assert _child_env(OMP_WAIT_POLICY="PASSIVE") == ["None", "PASSIVE"]  # the user's setting wins, alone
+    assert _child_env(GOOSE_OPENMP="keep") == ["None", "None"]

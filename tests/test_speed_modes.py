@@ -144,11 +144,11 @@ def test_onednn_layer_matches_torch_linear_in_both_dtypes():
             assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol)
 
 
-def test_auto_weights_pick_onednn_only_on_cpu():
+def test_auto_weights_are_measured_only_on_cpu():
     from drafting.weights import resolve_format
 
     cpu = torch.device("cpu")
-    fast = "onednn" if torch.backends.mkldnn.is_available() else "float"
+    fast = "auto" if torch.backends.mkldnn.is_available() else "float"  # auto: drafting.mode_probe decides
     assert resolve_format("auto", cpu, torch.float32) == fast
     assert resolve_format("auto", cpu, torch.bfloat16) == fast
     assert resolve_format("auto", torch.device("cuda"), torch.float32) == "float"
@@ -187,12 +187,13 @@ def test_every_doctor_option_has_help():
 def test_doctor_measures_each_mode(tmp_path):
     out = tmp_path / "doctor.json"
     proc = goose("doctor", "--modes", "float32,bfloat16,bfloat16+int8", "--max-rows", "8", "--repeats", "1",
-                 "--prefix", "32", "--json", str(out))
+                 "--prefix", "32", "--even-if-busy", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert [m["mode"] for m in doc["modes"]] == ["float32", "bfloat16", "bfloat16+int8"]
-    for m in doc["modes"]:
-        assert m["error"] is None and m["sizes"] == [1, 2, 4, 8] and all(s > 0 for s in m["seconds"])
+    for m in doc["modes"]:  # a mode far slower than the fastest is timed at one row only
+        assert m["error"] is None and m["sizes"] == ([1] if m["gave_up"] else [1, 2, 4, 8])
+        assert all(s > 0 for s in m["seconds"])
     assert doc["auto"]["dtype"] == "float32" and doc["fastest"] in ("float32", "bfloat16", "bfloat16+int8")
     assert "--dtype auto picks float32" in proc.stdout
 

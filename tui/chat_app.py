@@ -146,7 +146,8 @@ class ChatApp(App):
 
     def _update_stats(self) -> None:
         bar = self.query_one("#stats", StatsBar)
-        bar.show(self.stats.render(self.session.ar_step_s, spark_cells=max(10, bar.size.width - 24)))
+        bar.show(self.stats.render(self.session.ar_step_s, spark_cells=max(10, bar.size.width - 24),
+                                   baseline=self.session.baseline))
 
     # -- baseline ----------------------------------------------------------------------------------------------
 
@@ -201,7 +202,7 @@ class ChatApp(App):
         last = None
         while self._pending:
             record, elapsed = self._pending.popleft()
-            self.stats.add(record, elapsed)
+            self.stats.add(record, elapsed, self.session.baseline)
             for token, how in zip(record.emitted, provenance(record)):
                 piece = self._detok.push(token)
                 if piece:

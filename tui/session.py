@@ -39,6 +39,7 @@ class ChatSession:
         self._decoders: dict[str, Decoder] = {}
         self.decoder: Decoder = self._decoder(speculator)
         self.ar_step_s: float | None = None
+        self.baseline = None  # drafting.plain_baseline.PlainBaseline once measure_baseline() ran
         self.turns = 0
         self.writer = None
         if trace_path is not None:
@@ -61,17 +62,13 @@ class ChatSession:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
 
     def measure_baseline(self, steps: int = BASELINE_STEPS) -> float:
-        """Seconds per plain (`ar`) decoding step on this model, measured now on a short fixed prompt."""
-        ar = Decoder(self.lm, create("ar"))
-        ids = encode(self.lm.tokenizer, [{"role": "user", "content": BASELINE_PROMPT}], raw=self.raw)
-        ar.generate(ids, 2)  # warm-up
-        best = None
-        for _ in range(2):
-            result = ar.generate(ids, steps)
-            per_step = (result.wall_s - result.prefill_s) / max(1, result.steps)
-            best = per_step if best is None else min(best, per_step)
-        self.ar_step_s = best
-        return best
+        """Seconds per plain (`ar`) decoding step on this model: ``self.baseline`` reads it from this process's
+        own cost curve at each step's context length (drafting.plain_baseline); ``ar_step_s`` is its value now."""
+        from drafting.plain_baseline import PlainBaseline
+
+        self.baseline = PlainBaseline(self.lm)
+        self.ar_step_s = self.baseline.step_s()
+        return self.ar_step_s
 
     def prompt_ids(self) -> list[int]:
         return encode(self.lm.tokenizer, self.messages, raw=self.raw)

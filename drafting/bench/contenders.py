@@ -1,5 +1,6 @@
 """What runs in a bench: `ar` first (the reference), then each distinct spec once; our own speculators behind a
-Decoder, transformers' prompt lookup (`hf-pld`) and llama.cpp as external rows beside them."""
+Decoder, transformers' own plain decoding (`hf-ar`) and prompt lookup (`hf-pld`) on the unmodified model, and
+llama.cpp as external rows beside them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 from ..acceptance import make_acceptor
 from ..decode import Decoder, GenerationResult
+from ..hf_generate import NAME as HF_AR, HFGenerate
 from ..hf_pld import NAME as HF_PLD, HFPromptLookup
 from ..llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
 from ..model import LoadedModel
@@ -44,8 +46,12 @@ def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list
     for spec in specs:
         if spec.strip() == HF_PLD:
             contender = Contender(hf=HFPromptLookup(lm, params))
+        elif spec.strip() == HF_AR:
+            contender = Contender(hf=HFGenerate(lm, params))
         elif spec.strip().split(":")[0] == HF_PLD:
             raise SpecError(f"{HF_PLD!r} takes no options (it is transformers' generate(prompt_lookup_num_tokens=10)).")
+        elif spec.strip().split(":")[0] == HF_AR:
+            raise SpecError(f"{HF_AR!r} takes no options (it is transformers' own generate() on the unmodified model).")
         elif spec.strip() in LLAMA_CPP_NAMES:
             if not params.greedy:
                 raise SpecError(f"{spec.strip()!r} runs greedy only; drop it or use --temperature 0.")
@@ -64,10 +70,11 @@ def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list
 
 @dataclass
 class Contender:
-    """One entry of the comparison: a Decoder around ONE speculator instance for the whole run, or hf-pld."""
+    """One entry of the comparison: a Decoder around ONE speculator instance for the whole run, or a transformers
+    row (hf-ar, hf-pld: their own loop on the unmodified model), or an external engine."""
 
     decoder: Decoder | None = None
-    hf: HFPromptLookup | None = None
+    hf: HFGenerate | HFPromptLookup | None = None
     external: LlamaCppRunner | None = None  # another engine: timed beside ours, never compared token by token
 
     @property

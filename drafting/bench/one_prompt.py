@@ -58,7 +58,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
             records += result.records
         elif contender.external:  # no torch forwards to time: its own first-token time is the prefill
             prefill += result.prefill_s
-        else:  # hf-pld: its first forward is the prefill, and it already yields a token
+        else:  # hf-ar / hf-pld: the first forward is the prefill, and it already yields a token
             prefill += calls[0] if calls else 0.0
             steps += len(calls)
             verify += sum(calls[1:])
@@ -98,6 +98,10 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         run["margins"] = [round(m, 4) for m in margins]  # ar's top-2 logit gap at every emitted token
     if contender.external:
         run["external"] = True
+    elif contender.hf is not None and not contender.hf.same_network:
+        run["other_network"] = True  # transformers' model has float weights where ours are int8: not comparable
+        notes.append("not compared with ar: transformers runs the float weights, this run int8 ones")
+        run["notes"] = notes
     elif settings.params.greedy and contender.spec == REFERENCE:
         run["identical_to_ar"] = True
         run["exact_up_to_ties"] = True

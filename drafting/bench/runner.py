@@ -43,6 +43,9 @@ def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt
     """Yield each finished run (already saved in ``results``) or Skip; speculators interleave per prompt."""
     done = results.done()
     timer = ForwardTimer(lm.model, lm.device)
+    for c in contenders:
+        if c.hf is not None:
+            timer.also(c.hf.model)
     try:
         todo = [p for p in prompts if any((p.id, c.spec) not in done for c in contenders)]
         if warmup and todo:

@@ -1,12 +1,15 @@
 """What the bench aggregates, generically: per-source acceptance from the step records' node sources, and
 everything a speculator puts into ``draft.info`` or ``stats()`` (numbers: sum and mean; strings: counts per
-value); then, over runs, the per-speculator and per-task summary with speedups against `ar` on the same prompts.
+value); then, over runs, the per-speculator and per-task summary with speedups on the same prompts against `ar`
+and against the fastest plain decoding of the run (the faster of `ar` and transformers' own `hf-ar`).
 A summary column is added in ``_totals`` (per speculator and per task) or in ``summarize``'s details."""
 
 from __future__ import annotations
 
 from ..trace import StepRecord
-from .contenders import REFERENCE, is_number
+from .contenders import HF_AR, REFERENCE, is_number
+
+PLAIN = (REFERENCE, HF_AR)  # the plain decodings a speculator's speedup is measured against
 
 EMA_POINTS = 12  # length of the kept `ema` trajectory per run
 
@@ -63,19 +66,29 @@ def _merge_info(into: dict, info: dict) -> None:
                 have["counts"][word] = have["counts"].get(word, 0) + c
 
 
-def _totals(runs: list[dict], ar_by_prompt: dict[str, dict], greedy: bool) -> dict:
+def _speedup(runs: list[dict], ref_by_prompt: dict[str, dict]) -> float | None:
+    """Total tokens/s of ``runs`` over the reference's on the same prompts (None unless it ran them all)."""
+    refs = [ref_by_prompt[r["prompt_id"]] for r in runs if r["prompt_id"] in ref_by_prompt]
+    if not refs or len(refs) != len(runs):
+        return None
+    wall, ref_wall = sum(r["wall_s"] for r in runs), sum(r["wall_s"] for r in refs)
+    if not wall or not ref_wall:
+        return None
+    return (sum(r["new_tokens"] for r in runs) / wall) / (sum(r["new_tokens"] for r in refs) / ref_wall)
+
+
+def _totals(runs: list[dict], ar_by_prompt: dict[str, dict], greedy: bool,
+            plain_by_prompt: dict[str, dict] | None = None) -> dict:
     tokens = sum(r["new_tokens"] for r in runs)
-    external = any(r.get("external") for r in runs)  # another engine's rows have no identity column
+    # another engine's rows, and transformers' rows on a network other than ours, have no identity column
+    external = any(r.get("external") or r.get("other_network") for r in runs)
     wall = sum(r["wall_s"] for r in runs)
     steps = sum(r["steps"] for r in runs)
-    refs = [ar_by_prompt[r["prompt_id"]] for r in runs if r["prompt_id"] in ar_by_prompt]
-    ar_tokens = sum(r["new_tokens"] for r in refs)
-    ar_wall = sum(r["wall_s"] for r in refs)
     tps = tokens / wall if wall else 0.0
-    ar_tps = ar_tokens / ar_wall if ar_wall else 0.0
     return {
         "tokens_per_s": tps,
-        "speedup": tps / ar_tps if ar_tps and len(refs) == len(runs) else None,
+        "speedup": _speedup(runs, ar_by_prompt),
+        "speedup_vs_plain": _speedup(runs, plain_by_prompt if plain_by_prompt is not None else ar_by_prompt),
         "mean_accepted": tokens / steps if steps else 0.0,
         "identical": sum(1 for r in runs if r["identical_to_ar"]) if greedy and not external else None,
         "exact_up_to_ties": sum(1 for r in runs if r.get("exact_up_to_ties", r["identical_to_ar"]))
@@ -88,20 +101,35 @@ def _totals(runs: list[dict], ar_by_prompt: dict[str, dict], greedy: bool) -> di
     }
 
 
+def plain_reference(runs: list[dict]) -> str:
+    """The faster plain decoding of the run, `ar` or `hf-ar`, by total tokens/s over the prompts both ran."""
+    by = {name: {r["prompt_id"]: r for r in runs if r["speculator"] == name} for name in PLAIN}
+    both = set(by[REFERENCE]) & set(by[HF_AR])
+    if not both:
+        return REFERENCE
+    rate = {n: sum(by[n][p]["new_tokens"] for p in both) / max(1e-12, sum(by[n][p]["wall_s"] for p in both))
+            for n in PLAIN}
+    return HF_AR if rate[HF_AR] > rate[REFERENCE] else REFERENCE
+
+
 def summarize(runs: list[dict], greedy: bool = True) -> dict:
-    """Per speculator (in first-seen order): overall and per-task totals, speedup vs `ar` on the same prompts,
+    """Per speculator (in first-seen order): overall and per-task totals, speedup vs `ar` and vs the run's fastest
+    plain decoding (``plain_reference``: `ar` or `hf-ar`) on the same prompts,
     and the generic details (per-source acceptance, info aggregates, stats counters, forward overhead)."""
     ar_by_prompt = {r["prompt_id"]: r for r in runs if r["speculator"] == REFERENCE}
+    plain = plain_reference(runs)
+    plain_by_prompt = {r["prompt_id"]: r for r in runs if r["speculator"] == plain}
     by_spec: dict[str, list[dict]] = {}
     for r in runs:
         by_spec.setdefault(r["speculator"], []).append(r)
     summary: dict[str, dict] = {}
     for spec, rs in by_spec.items():
-        entry = _totals(rs, ar_by_prompt, greedy)
+        entry = _totals(rs, ar_by_prompt, greedy, plain_by_prompt)
+        entry["plain_reference"] = plain
         tasks: dict[str, list[dict]] = {}
         for r in rs:
             tasks.setdefault(r["task"], []).append(r)
-        entry["by_task"] = {t: _totals(trs, ar_by_prompt, greedy) for t, trs in tasks.items()}
+        entry["by_task"] = {t: _totals(trs, ar_by_prompt, greedy, plain_by_prompt) for t, trs in tasks.items()}
         forward = sum(r.get("forward_s", 0.0) for r in rs)
         overhead = sum(r.get("overhead_s", 0.0) for r in rs)
         sources: dict[str, dict[str, int]] = {}

@@ -15,6 +15,7 @@ class ForwardTimer:
         self.durations: list[float] = []
         self._sync = device.type == "cuda"
         self._t0 = 0.0
+        self._models = {id(model)}
         self._handles = [
             model.register_forward_pre_hook(self._pre),
             model.register_forward_hook(self._post),
@@ -29,6 +30,13 @@ class ForwardTimer:
         if self._sync:
             torch.cuda.synchronize()
         self.durations.append(time.perf_counter() - self._t0)
+
+    def also(self, model: torch.nn.Module) -> None:
+        """Time this model's forwards too (transformers' rows run on a second, unmodified instance)."""
+        if id(model) in self._models:
+            return
+        self._models.add(id(model))
+        self._handles += [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
 
     def take(self) -> list[float]:
         out, self.durations = self.durations, []

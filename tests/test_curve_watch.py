@@ -1,0 +1,118 @@
+"""Cost curves that stay true: the run's own one-row steps check the cached curve, which is measured again when
+they disagree; one curve object per model, shared by every speculator."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from drafting.cost import CostCurve, PrefixCost
+
+
+def _far_off_curve() -> PrefixCost:
+    # a curve claiming a one-row step takes 1000 s: slower than any real step, so the watch must re-measure it
+    # whatever the machine's load (only a curve *faster* than the steps may be blamed on a busy machine)
+    return PrefixCost(CostCurve(sizes=[1, 2, 4], seconds=[1000.0, 1100.0, 1300.0]))
+
+
+def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
+    from dataclasses import replace
+
+    from drafting.curve_watch import WINDOW, watch, watch_of
+    from drafting.decode import Decoder
+    from drafting.speculators import create
+
+    lm = replace(tiny_lm, eos_ids=set())
+    model = lm.model
+    cost = _far_off_curve()
+    fresh = PrefixCost(CostCurve(sizes=[1, 2, 4], seconds=[0.001, 0.0011, 0.0013]))
+    calls = []
+
+    def rebuild():
+        from drafting.cost import measure
+
+        calls.append(1)
+        real = measure(lm, sizes=(1, 2, 4), prefix=16, repeats=1)
+        return PrefixCost(real) if real.seconds else fresh
+
+    try:
+        w = watch(model, cost, rebuild)
+        dec = Decoder(lm, create("ar"))
+        dec.generate([5, 17, 33, 2], WINDOW + 2)  # ar: every step has one row
+        assert calls == [] and w.pending  # never inside a timed generation
+        dec.generate([5, 17, 33, 2], 2)  # the next one measures before its clock starts
+        assert calls == [1] and w.remeasured == 1 and not w.pending
+        assert cost.short.seconds[0] < 1.0  # replaced in place: every holder of `cost` reads the new curve
+        assert watch_of(model) is w
+    finally:
+        from drafting import curve_watch
+
+        curve_watch._WATCHES.pop(model, None)
+
+
+def test_tree_steps_do_not_count_as_one_row_checks():
+    from drafting.curve_watch import WINDOW, CurveWatch
+
+    calls = []
+    w = CurveWatch(_far_off_curve(), lambda: calls.append(1) or _far_off_curve())
+    for _ in range(3 * WINDOW):
+        w.observe(rows=8, prefix=100, seconds=0.01)
+    assert calls == [] and w.ratios == []
+
+
+def test_sane_curve_is_one_object_per_model(tiny_lm, tmp_path, monkeypatch):
+    from drafting import curve_watch
+    from drafting.budget import sane_curve
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    try:
+        first = sane_curve(tiny_lm)
+        assert sane_curve(tiny_lm) is first
+        assert curve_watch.watch_of(tiny_lm.model).cost is first
+    finally:
+        curve_watch._WATCHES.pop(tiny_lm.model, None)
+
+
+def test_notices_are_said_once():
+    from drafting.curve_watch import notice, take_notices
+
+    take_notices()
+    notice("test notice: first")
+    notice("test notice: second")
+    assert take_notices() == ["test notice: first"]
+    assert take_notices() == []
+
+
+def test_load_meter_reads_the_counters():
+    from drafting.machine_load import LoadMeter
+
+    import time
+
+    with LoadMeter() as m:
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+    if m.load is None:
+        pytest.skip("no /proc counters here")
+    assert m.load.others_cores >= 0 and m.load.own_cores >= 0 and m.load.cores >= 1
+    assert "cores" in m.load.describe()
+
+
+def test_plain_baseline_reads_one_row_points_and_listens_to_steps(tiny_lm):
+    from dataclasses import replace
+
+    from drafting import curve_watch
+    from drafting.decode import Decoder
+    from drafting.plain_baseline import PlainBaseline
+    from drafting.speculators import create
+
+    lm = replace(tiny_lm, eos_ids=set())
+    curve_watch._WATCHES.pop(lm.model, None)
+    try:
+        base = PlainBaseline(lm)  # no budget curve held: one-row forwards timed now, not a full curve
+        assert base.cost.short.sizes == [1] and base.step_s(300) > 0
+        assert curve_watch.watch_of(lm.model) is None  # never the curve budgets would read
+        Decoder(lm, create("ar")).generate([5, 17, 33, 2], 3)
+        assert base.watch.last_prefix is not None and base.step_s() == base.cost.at(base.watch.last_prefix).time(1)
+    finally:
+        curve_watch._LISTENERS.pop(lm.model, None)

@@ -1,0 +1,156 @@
+"""`--weights auto`: the probe that times the formats, its cache per machine fingerprint, the row-dispatching
+`dual` format, and its exactness against plain decoding."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from tinymodel import tiny_llama
+
+from drafting import onednn_linear
+
+needs_onednn = pytest.mark.skipif(not onednn_linear.available(), reason="this torch build has no oneDNN")
+
+
+def test_decide_keeps_the_fastest_one_row_format_and_dual_only_for_faster_trees():
+    from drafting.mode_probe import decide
+
+    assert decide({"float": [0.030, 0.062], "onednn": [0.037, 0.058]}) == "dual"  # float alone, oneDNN for trees
+    assert decide({"float": [0.030, 0.050], "onednn": [0.037, 0.058]}) == "float"
+    assert decide({"float": [0.038, 0.061], "onednn": [0.027, 0.035]}) == "onednn"
+    # oneDNN faster at one row but slower for trees: plain decoding still takes the faster one-row format
+    assert decide({"float": [0.038, 0.040], "onednn": [0.027, 0.050]}) == "onednn"
+
+
+def _fresh_tiny():
+    return tiny_llama(128, 64, 512, bos=1, eos_ids={127}, name="tiny-probe")
+
+
+@needs_onednn
+def test_probe_is_cached_per_fingerprint_and_redone_when_it_changes(tmp_path, monkeypatch):
+    from drafting.mode_probe import cache_path, choose_weights, fingerprint
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    lm = _fresh_tiny()
+    cpu = torch.device("cpu")
+    first = choose_weights(lm.model, lm.name, cpu, torch.float32)
+    assert not first.cached and set(first.seconds) == {"float", "onednn"}
+    assert all(len(s) == 2 and all(t > 0 for t in s) for s in first.seconds.values())
+    assert first.weights in ("float", "onednn", "dual")
+    fp = fingerprint(_fresh_tiny().model, lm.name, cpu, torch.float32)
+    path = cache_path(fp)
+    assert path.exists()  # (a busy machine's probe too, for a few minutes)
+    again = choose_weights(_fresh_tiny().model, lm.name, cpu, torch.float32)
+    assert again.cached and again.weights == first.weights and again.seconds == first.seconds
+    # another model identity is another fingerprint: a new probe
+    other = choose_weights(_fresh_tiny().model, "another-model", cpu, torch.float32)
+    assert not other.cached
+    # the stored fingerprint no longer matching the machine (a CPU or torch change) forces a new probe too
+    doc = json.loads(path.read_text())
+    doc["fingerprint"]["torch"] = "0.0-elsewhere"
+    path.write_text(json.dumps(doc))
+    redone = choose_weights(_fresh_tiny().model, lm.name, cpu, torch.float32)
+    assert not redone.cached
+    assert "chose" in redone.describe() and "ms per forward" in redone.describe()
+
+
+@needs_onednn
+def test_the_chosen_format_is_what_the_model_runs(tmp_path, monkeypatch):
+    from drafting.mode_probe import choose_weights
+    from drafting.weights import layer_class
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    lm = _fresh_tiny()
+    choice = choose_weights(lm.model, lm.name, torch.device("cpu"), torch.float32)
+    head = lm.model.get_output_embeddings()
+    if choice.weights == "float":
+        assert type(head) is torch.nn.Linear
+    else:
+        assert type(head) is layer_class(choice.weights)
+
+
+@needs_onednn
+def test_dual_layer_dispatches_on_rows_and_matches_both_kernels():
+    from drafting.onednn_linear import OneDNNLinear, RowDispatchLinear
+
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(64, 48)
+    dual, packed = RowDispatchLinear(dense), OneDNNLinear(dense)
+    with torch.inference_mode():
+        one = torch.randn(1, 1, 64)
+        assert torch.equal(dual(one), dense(one))  # one row: torch's own kernel, bit for bit
+        many = torch.randn(1, 16, 64)
+        assert torch.equal(dual(many), packed(many))  # more rows: oneDNN's kernel
+        assert torch.allclose(dual(many), dense(many), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_dual_tree_logits_match_sequential_steps(tiny_lm):
+    """The exactness premise of `dual` in fp32: a tree pass through oneDNN scores each node as sequential
+    one-row passes through torch's kernel do, to float rounding."""
+    from drafting.decode import Decoder
+    from drafting.speculators import create
+    from drafting.weights import apply_weights
+    from dataclasses import replace
+
+    lm = replace(tiny_lm, model=apply_weights(copy.deepcopy(tiny_lm.model), "dual"), weights="dual", eos_ids=set())
+    prompt = [5, 17, 33, 2, 90, 41, 5, 17, 33]
+    ar = Decoder(lm, create("ar")).generate(prompt, 24).output_ids
+    for spec in ("pld", "goose"):
+        assert Decoder(lm, create(spec)).generate(prompt, 24).output_ids == ar
+
+
+@pytest.mark.slow
+@needs_onednn
+def test_dual_weights_keep_goose_identical_to_ar_on_real_prompts(real_prompts):
+    """fp32 `dual` is offered as exact only because this holds: one-row steps through torch's kernel and
+    tree steps through oneDNN give the very tokens of plain decoding on the embedded model."""
+    from drafting.decode import Decoder
+    from drafting.model import load_model
+    from drafting.speculators import create
+
+    lm = load_model(dtype="float32", weights="dual")
+    ar, goose = Decoder(lm, create("ar")), Decoder(lm, create("goose"))
+    for pid, ids in real_prompts[::3]:
+        assert goose.generate(ids, 40).output_ids == ar.generate(ids, 40).output_ids, pid
+
+
+def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
+    """A sliding-window cache cannot roll a timed step back; the probe gives up cleanly and keeps float."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from drafting.mode_probe import choose_weights
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    config = MistralConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, sliding_window=32, max_position_embeddings=256)
+    net = MistralForCausalLM(config).eval()
+    choice = choose_weights(net, "windowed", torch.device("cpu"), torch.float32)
+    if choice.error is None:  # this transformers can roll the window back: then the probe simply ran
+        assert choice.weights in ("float", "onednn", "dual")
+        return
+    assert choice.weights == "float" and type(net.get_output_embeddings()) is torch.nn.Linear
+    assert "kept float" in choice.describe()
+
+
+def test_a_busy_probe_expires_and_never_replaces_an_idle_one(tmp_path, monkeypatch):
+    from drafting.mode_probe import BUSY_TTL_S, ModeChoice, cache_path, read_cached, write_cached
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    fp = {"cpu": "test", "model": "m"}
+    idle = ModeChoice(dtype="float32", weights="float", seconds={"float": [1.0, 2.0], "onednn": [1.5, 2.5]})
+    busy = ModeChoice(dtype="float32", weights="onednn", seconds={"float": [9.0, 9.0], "onednn": [1.0, 1.0]},
+                      busy="other processes used 1.8 of 2 cores")
+    write_cached(fp, idle)
+    write_cached(fp, busy)
+    assert read_cached(fp).weights == "float"
+    cache_path(fp).unlink()
+    write_cached(fp, busy)
+    assert read_cached(fp).weights == "onednn"  # kept for the next minutes of runs
+    doc = json.loads(cache_path(fp).read_text())
+    doc["written"] -= BUSY_TTL_S + 1
+    cache_path(fp).write_text(json.dumps(doc))
+    assert read_cached(fp) is None  # then probed again
