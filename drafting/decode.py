@@ -13,7 +13,9 @@ import torch
 from .kv_cache import new_cache
 
 from .model import LoadedModel
+from .phase_clock import PhaseClock
 from .speculators.base import Speculator, StepResult
+from .static_shapes import StaticForward, StaticShapes
 from .trace import StepRecord
 from .tree import Draft, DraftTree
 from .verify import Forward, greedy_accept, keep_accepted
@@ -65,6 +67,7 @@ class Decoder:
         acceptor: Acceptor | None = None,
         record_top: int = 0,
         record_margins: bool = False,
+        static_shapes: StaticShapes | None = None,
     ):
         if lm.sliding_window and speculator.name != "ar":
             # A custom 4-D mask replaces the model's sliding-window / chunked rule: outputs would silently change.
@@ -77,7 +80,9 @@ class Decoder:
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
         self.record_margins = record_margins  # how close each emitted token was to a tie (low-precision exactness)
-        self.forward = Forward(lm.model, lm.dtype, lm.device)
+        self.static_shapes = static_shapes  # opt-in fixed step shapes (drafting.static_shapes); None = dynamic
+        self.forward = StaticForward.shared(lm, static_shapes) if static_shapes else Forward(lm.model, lm.dtype, lm.device)
+        self.clock = PhaseClock.for_model(lm.model)
         self.result: GenerationResult | None = None
         speculator.bind(lm)
 
@@ -103,15 +108,19 @@ class Decoder:
         lm, spec = self.lm, self.speculator
         result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
-        cache = new_cache(lm.model.config)
+        cache = self.forward.new_cache() if self.static_shapes else new_cache(lm.model.config)
+        clock = self.clock
         t_start = time.perf_counter()
+        m_start = clock.mark()
         context = list(prompt_ids)
         spec.reset(list(context))
         if len(context) > 1:
             rows = spec.prefill_logit_rows
             logits = self.forward.prefill(context[:-1], cache, rows)
             spec.observe_prefill(context[:-1], None if rows == 0 else logits)
-        result.prefill_s = time.perf_counter() - t_start
+        m_prefilled = clock.mark()
+        clock.settle()  # the prefill's queued GPU work belongs to the prefill, not to step 1
+        result.prefill_s = clock.seconds(m_start, m_prefilled)
         step = 0
         while True:
             if should_stop is not None and should_stop():
@@ -122,9 +131,9 @@ class Decoder:
             if room < 1:
                 result.stop_reason = "context"
                 break
-            t0 = time.perf_counter()
+            t0 = clock.mark()
             draft = spec.propose(context)
-            t1 = time.perf_counter()
+            t1 = clock.mark()
             draft = _fit(draft, room)
             logits = self.forward.step(draft, cache)
             path, bonus = self.acceptor(draft.tree, logits)
@@ -144,10 +153,11 @@ class Decoder:
                     stop = "max_new_tokens"
             if stop is None and prefix_len + len(path) + 1 > lm.max_context:
                 stop = "context"
-            t2 = time.perf_counter()
+            t2 = clock.mark()
             context.extend(emitted)
             spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
-            t3 = time.perf_counter()
+            t3 = clock.mark()
+            clock.settle()  # end of step: read the marks once, so no queued work leaks into the next step
             record = StepRecord(
                 step=step,
                 position=len(result.output_ids),
@@ -156,8 +166,8 @@ class Decoder:
                 sources=list(tree.sources),
                 accepted=path,
                 emitted=emitted,
-                draft_s=(t1 - t0) + (t3 - t2),
-                verify_s=t2 - t1,
+                draft_s=clock.seconds(t0, t1) + clock.seconds(t2, t3),
+                verify_s=clock.seconds(t1, t2),
                 info=dict(draft.info),
                 top=_top(logits[: len(tree)], self.record_top) if self.record_top else None,
                 stop=stop,
