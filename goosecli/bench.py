@@ -46,7 +46,7 @@ def bench(
     seed: Seed = None,
 ) -> None:
     """Run speculators in turn on every prompt, check each output against `ar` and report speedups."""
-    from drafting.benchmark import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
+    from drafting.bench import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
     from drafting.decode import UnsupportedModelError
     from drafting.hf_pld import NAME as HF_PLD
     from drafting.llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, LlamaCppError

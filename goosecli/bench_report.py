@@ -34,7 +34,7 @@ class Report:
 
     @contextmanager
     def progress(self, total: int):
-        from drafting.benchmark import Skip
+        from drafting.bench import Skip
 
         bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

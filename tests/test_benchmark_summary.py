@@ -2,7 +2,7 @@
 
 import pytest
 
-from drafting.benchmark import aggregate_info, first_divergence, source_counts, split_specs, summarize
+from drafting.bench import aggregate_info, first_divergence, source_counts, split_specs, summarize
 from drafting.trace import StepRecord
 
 
@@ -76,7 +76,7 @@ def test_first_divergence():
 def test_results_file_is_valid_after_each_run_and_resume_checks_settings(tmp_path):
     import json
 
-    from drafting.benchmark import BenchError, ResultsFile
+    from drafting.bench import BenchError, ResultsFile
 
     out = tmp_path / "r.json"
     meta = {"model": "m", "max_new_tokens": 8, "sampling": {"temperature": 0.0}, "raw": False, "prompt_file": "p"}

@@ -22,7 +22,7 @@ def goose(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 def test_tie_check_counts_only_near_ties():
-    from drafting.benchmark import tie_check
+    from drafting.bench import tie_check
 
     margins = [3.0, 0.2, 1.5]
     assert tie_check(None, margins, 0.5)["exact_up_to_ties"] is True

@@ -1,0 +1,91 @@
+"""The bench's results file: every finished run and skipped prompt, saved as it happens, and resumed from."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .contenders import REFERENCE
+from .summary import summarize
+
+# Settings that change what a run measures: a resumed file must have been run with the same ones.
+RESUME_MUST_MATCH = ("model", "max_new_tokens", "sampling", "raw", "prompt_file", "dtype", "weights")
+
+
+class BenchError(ValueError):
+    """A benchmark cannot start or resume; one sentence."""
+
+
+@dataclass
+class Skip:
+    prompt_id: str
+    task: str
+    reason: str
+
+
+class ResultsFile:
+    """The --json output, rewritten whole (write-then-rename) after every run, so it is always valid JSON."""
+
+    def __init__(self, path: Path | None, meta: dict, resume: bool):
+        self.path = path
+        self.meta = meta
+        self.runs: list[dict] = []
+        self.skipped: list[dict] = []
+        if resume:
+            if path is None:
+                raise BenchError("--resume needs --json OUT (the results file to continue).")
+            if path.exists():
+                self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BenchError(f"Cannot resume: {str(self.path)!r} is not a goose bench JSON file.") from None
+        if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+            raise BenchError(f"Cannot resume: {str(self.path)!r} is not a goose bench JSON file.")
+        for key in RESUME_MUST_MATCH:
+            if key in data and data[key] != self.meta.get(key):
+                raise BenchError(
+                    f"Cannot resume {str(self.path)!r}: it was run with {key} = {data[key]!r}, this run has "
+                    f"{self.meta.get(key)!r}."
+                )
+        self.runs = data["runs"]
+
+    def done(self) -> set[tuple[str, str]]:
+        return {(r["prompt_id"], r["speculator"]) for r in self.runs}
+
+    def reference(self, prompt_id: str) -> list[int] | None:
+        for r in self.runs:
+            if r["prompt_id"] == prompt_id and r["speculator"] == REFERENCE:
+                return r["output_ids"]
+        return None
+
+    def reference_margins(self, prompt_id: str) -> list[float] | None:
+        for r in self.runs:
+            if r["prompt_id"] == prompt_id and r["speculator"] == REFERENCE:
+                return r.get("margins")
+        return None
+
+    def add(self, run: dict) -> None:
+        self.runs.append(run)
+        self.save()
+
+    def skip(self, skip: Skip) -> None:
+        self.skipped.append(asdict(skip))
+        self.save()
+
+    def document(self, complete: bool) -> dict:
+        greedy = self.meta.get("sampling", {}).get("temperature", 0) <= 0
+        return {**self.meta, "complete": complete, "runs": self.runs, "skipped": self.skipped,
+                "summary": summarize(self.runs, greedy)}
+
+    def save(self, complete: bool = False) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.document(complete), indent=1), encoding="utf-8")
+        os.replace(tmp, self.path)

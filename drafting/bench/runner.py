@@ -1,0 +1,65 @@
+"""The bench loop: warm up once, then every prompt with every contender in turn (speculators interleave per
+prompt), skipping what a resumed results file already holds and prompts that do not fit the context window."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..decode import Decoder
+from ..model import LoadedModel
+from ..prompt_file import Prompt
+from ..prompting import encode
+from ..speculators import create
+from .contenders import REFERENCE, Contender
+from .one_prompt import run_one
+from .results import ResultsFile, Skip
+from .settings import BenchSettings
+from .timing import ForwardTimer
+
+WARMUP_TOKENS = 8
+
+
+def prompt_fits(lm: LoadedModel, prompt: Prompt, raw: bool) -> str | None:
+    """None if the first turn fits the context window, else the reason (one sentence)."""
+    ids = encode(lm.tokenizer, [{"role": "user", "content": prompt.text}], raw=raw)
+    if len(ids) + 1 > lm.max_context:
+        return f"its {len(ids)} tokens do not fit the context window of {lm.max_context}"
+    return None
+
+
+def warm_up(lm: LoadedModel, contenders: list[Contender], prompt: Prompt, raw: bool) -> None:
+    """One short generation per engine kind, so first-call costs do not land on the first measured run."""
+    ids = encode(lm.tokenizer, [{"role": "user", "content": prompt.text}], raw=raw)
+    if len(ids) + WARMUP_TOKENS + 1 > lm.max_context:
+        ids = ids[-(lm.max_context // 2):]
+    Decoder(lm, create(REFERENCE)).generate(ids, WARMUP_TOKENS)
+    for c in contenders:
+        if c.hf or c.external:
+            (c.hf or c.external).generate(ids, WARMUP_TOKENS)
+
+
+def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt], settings: BenchSettings,
+              results: ResultsFile, warmup: bool = True) -> Iterator[dict | Skip]:
+    """Yield each finished run (already saved in ``results``) or Skip; speculators interleave per prompt."""
+    done = results.done()
+    timer = ForwardTimer(lm.model, lm.device)
+    try:
+        todo = [p for p in prompts if any((p.id, c.spec) not in done for c in contenders)]
+        if warmup and todo:
+            warm_up(lm, contenders, todo[0], settings.raw)
+        for prompt in todo:
+            reason = prompt_fits(lm, prompt, settings.raw)
+            if reason:
+                skip = Skip(prompt.id, prompt.task, f"prompt {prompt.id!r} skipped: {reason}.")
+                results.skip(skip)
+                yield skip
+                continue
+            for c in contenders:
+                if (prompt.id, c.spec) in done:
+                    continue
+                run = run_one(lm, c, prompt, settings, timer, results.reference(prompt.id),
+                              results.reference_margins(prompt.id))
+                results.add(run)
+                yield run
+    finally:
+        timer.close()
