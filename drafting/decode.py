@@ -82,15 +82,16 @@ class Decoder:
         self.record_margins = record_margins  # how close each emitted token was to a tie (low-precision exactness)
         self.static_shapes = static_shapes  # opt-in fixed step shapes (drafting.static_shapes); None = dynamic
         self.forward = StaticForward.shared(lm, static_shapes) if static_shapes else Forward(lm.model, lm.dtype, lm.device)
+        self.max_context = self.forward.context if static_shapes else lm.max_context  # a static cache may be shorter
         self.clock = PhaseClock.for_model(lm.model)
         self.result: GenerationResult | None = None
         speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
-        if len(prompt_ids) + 1 > self.lm.max_context:
+        if len(prompt_ids) + 1 > self.max_context:
             raise ContextError(
                 f"The prompt has {len(prompt_ids)} tokens, more than the model's context window of "
-                f"{self.lm.max_context} leaves room for."
+                f"{self.max_context} leaves room for."
             )
         if not prompt_ids:
             raise ContextError("The prompt is empty.")
@@ -127,7 +128,7 @@ class Decoder:
                 result.stop_reason = "stopped"
                 break
             prefix_len = cache.get_seq_length()
-            room = lm.max_context - prefix_len
+            room = self.max_context - prefix_len
             if room < 1:
                 result.stop_reason = "context"
                 break
@@ -151,7 +152,7 @@ class Decoder:
                 stop = stop or "max_new_tokens"
                 if stop == "eos" and emitted[-1] not in lm.eos_ids:
                     stop = "max_new_tokens"
-            if stop is None and prefix_len + len(path) + 1 > lm.max_context:
+            if stop is None and prefix_len + len(path) + 1 > self.max_context:
                 stop = "context"
             t2 = clock.mark()
             context.extend(emitted)

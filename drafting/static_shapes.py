@@ -34,6 +34,7 @@ class StaticShapes:
 
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     compile: bool = False
+    context: int | None = None  # tokens the cache holds (None = the model's context window); every step attends to all
 
     def bucket(self, n: int) -> int:
         for b in self.buckets:
@@ -101,11 +102,16 @@ class StaticForward(Forward):
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device, max_context: int, shapes: StaticShapes):
         super().__init__(model, dtype, device)
+        if not shapes.buckets or list(shapes.buckets) != sorted(set(shapes.buckets)) or shapes.buckets[0] < 1:
+            raise StaticShapeError("Static-shape buckets must be distinct positive row counts in increasing order.")
         if getattr(model.config, "sliding_window", None) or getattr(model.config, "attention_chunk_size", None):
             raise StaticShapeError("Static shapes need a model whose every layer attends to the whole context.")
         self.shapes = shapes
-        self.capacity = max_context + max(shapes.buckets)
+        self.context = min(max_context, shapes.context or max_context)
+        self.capacity = self.context + max(shapes.buckets)
         self.write_at = torch.zeros(self.capacity, dtype=torch.long, device=device)
+        if hasattr(torch, "_dynamo"):
+            torch._dynamo.mark_static_address(self.write_at)  # filled in place before each step, never copied
         self._cache: DynamicCache | None = None
         self._masks: dict[int, torch.Tensor] = {}
         self.step_model = model
@@ -165,10 +171,14 @@ class StaticForward(Forward):
         p = torch.full((1, b), prefix, dtype=torch.long, device=self.device)
         p[:, :n] = pos
         self.write_at[:b] = torch.arange(prefix, prefix + b, device=self.device)
-        out = self.step_model(input_ids=x, position_ids=p, attention_mask=self._mask(b, n, prefix, block),
-                              cache=cache, use_cache=True)
+        mask = self._mask(b, n, prefix, block)
+        if self.shapes.compile:
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last replay's outputs may be overwritten
+        out = self.step_model(input_ids=x, position_ids=p, attention_mask=mask, cache=cache, use_cache=True)
         self._set_length(cache, prefix + n)
-        return out.logits[0, :n]
+        logits = out.logits[0, :n]
+        # a replayed graph writes its next logits into the same buffer; speculators may keep this step's
+        return logits.clone() if self.shapes.compile else logits
 
     def _mask(self, b: int, n: int, prefix: int, block: torch.Tensor | None) -> torch.Tensor:
         """(1, 1, b, capacity): the prefix for real rows, their tree block, and only itself for a padding row."""

@@ -13,7 +13,8 @@ from drafting.static_shapes import StaticShapes
 
 
 def static_identity(lm, specs: list[str], prompts: list[list[int]], new_tokens: int, compile: bool) -> dict:
-    shapes = StaticShapes(buckets=(1, 16, 64), compile=compile)  # few buckets: each one compiles once
+    # few buckets (each compiles once) and a cache as long as these prompts need, not the whole 8k context
+    shapes = StaticShapes(buckets=(1, 16, 64), compile=compile, context=1024)
     per_spec, ok = {}, True
     for spec in specs:
         plain = Decoder(lm, create(spec))

@@ -67,6 +67,21 @@ def test_static_decoding_equals_dynamic_decoding(tiny_lm, spec):
         assert static.generate(ids, 40).output_ids == plain.generate(ids, 40).output_ids
 
 
+def test_a_shorter_static_context_is_the_decoder_s_context(tiny_lm):
+    dec = Decoder(tiny_lm, create("goose"), static_shapes=StaticShapes(buckets=(1, 16), context=48))
+    assert dec.max_context == 48
+    res = dec.generate(list(range(2, 40)), 30)
+    # every token but the last emitted one is in the cache, which holds 48
+    assert res.stop_reason == "context" and len(res.prompt_ids) + len(res.output_ids) - 1 <= 48
+    plain = Decoder(tiny_lm, create("goose")).generate(list(range(2, 40)), len(res.output_ids))
+    assert res.output_ids == plain.output_ids
+
+
+def test_bad_buckets_are_one_sentence(tiny_lm):
+    with pytest.raises(StaticShapeError, match="increasing order"):
+        StaticForward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device, 64, StaticShapes(buckets=(16, 4)))
+
+
 def test_static_step_that_does_not_fit_is_refused(tiny_lm):
     fwd = StaticForward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device, 8, StaticShapes(buckets=(4,)))
     cache = fwd.new_cache()
