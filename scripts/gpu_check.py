@@ -131,6 +131,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join([line(head), "-+-".join("-" * w for w in widths), *map(line, body)])
 
 
+def save(dest: Path | None, doc: dict) -> None:
+    if dest is None:
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, dest)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--cpu", action="store_true", help="run every step on CPU with tiny models (tests the script)")
@@ -151,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"gpu_check: unknown step(s) in --skip: {', '.join(sorted(unknown))}.", file=sys.stderr)
         return 2
+    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "torch": torch.__version__, "cuda": torch.version.cuda, "threads": torch.get_num_threads()}
+    dest = args.json or (Path(os.environ["OUT"]) / "gpu_check.json" if os.environ.get("OUT") else None)
     rows: list[dict] = []
     t0 = time.perf_counter()
     for name, fn in steps:
@@ -162,16 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                          "figures": f"skipped: the earlier steps took over {STATIC_DEADLINE_S} s"})
             continue
         run_step(name, fn, rows)
+        save(dest, {**env, "cpu_mode": args.cpu, "complete": False, "checks": rows})  # a killed run keeps these
     ok = all(r["ok"] for r in rows)
-    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "torch": torch.__version__, "cuda": torch.version.cuda, "threads": torch.get_num_threads()}
     print(f"goose gpu check on {env['device']} (torch {env['torch']}), {time.perf_counter() - t0:.0f} s")
     print(table(rows))
     print("all checks passed" if ok else "SOME CHECKS FAILED")
-    dest = args.json or (Path(os.environ["OUT"]) / "gpu_check.json" if os.environ.get("OUT") else None)
     if dest is not None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(json.dumps({**env, "cpu_mode": args.cpu, "ok": ok, "checks": rows}, indent=1))
+        save(dest, {**env, "cpu_mode": args.cpu, "complete": True, "ok": ok, "checks": rows})
         print(f"results written to {dest}")
     return 0 if ok else 1
 

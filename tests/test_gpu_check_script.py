@@ -29,7 +29,7 @@ def test_cpu_run_passes_and_writes_json_to_out(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all checks passed" in proc.stdout
     data = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert data["ok"] and data["cpu_mode"]
+    assert data["ok"] and data["cpu_mode"] and data["complete"]
     names = {c["name"] for c in data["checks"]}
     assert names == STEPS
     assert all(c["ok"] for c in data["checks"])
@@ -57,3 +57,18 @@ def test_without_a_gpu_it_says_so():
     proc = _run()
     assert proc.returncode == 2
     assert "no CUDA GPU" in proc.stderr and "--cpu" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_8b_shape_is_built_on_the_device_it_is_given():
+    """The GPU run builds Llama-3-8B's shape inside torch.device("cuda"); on the meta device the same call shows
+    that no weight is made anywhere else and that the shape is the published one."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_models import parameter_count, random_llama
+
+    lm = random_llama("llama3-8b", torch.device("meta"), torch.bfloat16)
+    params = list(lm.model.parameters())
+    assert {p.device.type for p in params} == {"meta"} and {p.dtype for p in params} == {torch.bfloat16}
+    assert parameter_count(lm) == "8.03B"
+    assert lm.vocab_size == 128256 and lm.max_context == 8192
