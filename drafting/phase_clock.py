@@ -25,8 +25,24 @@ def model_devices(model: torch.nn.Module) -> list[torch.device]:
     return list(seen.values())
 
 
+class EventMark:
+    """A CUDA event recorded at a phase boundary; ``b - a`` is the seconds between two marks, waiting for ``b``'s
+    work if it has not finished (read marks after ``settle()`` to wait only once a step)."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, stream):
+        self.event = torch.cuda.Event(enable_timing=True)
+        self.event.record(stream)
+
+    def __sub__(self, earlier: "EventMark") -> float:
+        self.event.synchronize()
+        return earlier.event.elapsed_time(self.event) / 1000.0
+
+
 class PhaseClock:
-    """``mark()`` returns an opaque mark; ``seconds(a, b)`` the time between two marks (after ``settle()``)."""
+    """``mark()`` returns a mark (a float on CPU or a device map, an ``EventMark`` on one CUDA device); marks
+    subtract to seconds. ``settle()`` waits for the last mark, once per phase boundary that needs the figures."""
 
     def __init__(self, devices: list[torch.device]):
         self.devices = list(devices)
@@ -39,10 +55,8 @@ class PhaseClock:
 
     def mark(self):
         if self.events:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record(torch.cuda.current_stream(self.devices[0]))
-            self._last = ev
-            return ev
+            self._last = EventMark(torch.cuda.current_stream(self.devices[0]))
+            return self._last
         for dev in self.devices:  # a device map: wait for every device's queue
             torch.cuda.synchronize(dev)
         return time.perf_counter()
@@ -50,9 +64,8 @@ class PhaseClock:
     def settle(self) -> None:
         """Wait for the last mark's work to finish (a phase boundary: the end of a step or of the prefill)."""
         if self.events and self._last is not None:
-            self._last.synchronize()
+            self._last.event.synchronize()
 
-    def seconds(self, a, b) -> float:
-        if self.events:
-            return a.elapsed_time(b) / 1000.0
+    @staticmethod
+    def seconds(a, b) -> float:
         return b - a
