@@ -14,7 +14,9 @@ from .kv_cache import new_cache
 
 from .curve_watch import note_step, settle
 from .model import LoadedModel
+from .phase_clock import PhaseClock
 from .speculators.base import Speculator, StepResult
+from .static_shapes import StaticForward, StaticShapes
 from .support import UnsupportedModelError, attention_layout  # noqa: F401 (UnsupportedModelError re-exported)
 from .trace import StepRecord
 from .tree import Draft
@@ -57,6 +59,7 @@ class Decoder:
         acceptor: Acceptor | None = None,
         record_top: int = 0,
         record_margins: bool = False,
+        static_shapes: StaticShapes | None = None,
     ):
         if speculator.name != "ar":
             attention_layout(lm.model, lm.name)  # one sentence when trees cannot be verified exactly on it
@@ -65,15 +68,18 @@ class Decoder:
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
         self.record_margins = record_margins  # how close each emitted token was to a tie (low-precision exactness)
-        self.forward = Forward(lm.model, lm.dtype, lm.device)
+        self.static_shapes = static_shapes  # opt-in fixed step shapes (drafting.static_shapes); None = dynamic
+        self.forward = StaticForward.shared(lm, static_shapes) if static_shapes else Forward(lm.model, lm.dtype, lm.device)
+        self.max_context = self.forward.context if static_shapes else lm.max_context  # a static cache may be shorter
+        self.clock = PhaseClock.for_model(lm.model)
         self.result: GenerationResult | None = None
         speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
-        if len(prompt_ids) + 1 > self.lm.max_context:
+        if len(prompt_ids) + 1 > self.max_context:
             raise ContextError(
                 f"The prompt has {len(prompt_ids)} tokens, more than the model's context window of "
-                f"{self.lm.max_context} leaves room for."
+                f"{self.max_context} leaves room for."
             )
         if not prompt_ids:
             raise ContextError("The prompt is empty.")
@@ -93,29 +99,33 @@ class Decoder:
         lm, spec = self.lm, self.speculator
         result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
         self.result = result
-        cache = new_cache(lm.model.config)
+        cache = self.forward.new_cache() if self.static_shapes else new_cache(lm.model.config)
         settle(lm.model)  # a cost curve found off by earlier steps is measured again here, before the clock starts
+        clock = self.clock
         t_start = time.perf_counter()
+        m_start = clock.mark()
         context = list(prompt_ids)
         spec.reset(list(context))
         if len(context) > 1:
             rows = spec.prefill_logit_rows
             logits = self.forward.prefill(context[:-1], cache, rows)
             spec.observe_prefill(context[:-1], None if rows == 0 else logits)
-        result.prefill_s = time.perf_counter() - t_start
+        m_prefilled = clock.mark()
+        clock.settle()  # the prefill's queued GPU work belongs to the prefill, not to step 1
+        result.prefill_s = clock.seconds(m_start, m_prefilled)
         step = 0
         while True:
             if should_stop is not None and should_stop():
                 result.stop_reason = "stopped"
                 break
             prefix_len = cache.get_seq_length()
-            room = lm.max_context - prefix_len
+            room = self.max_context - prefix_len
             if room < 1:
                 result.stop_reason = "context"
                 break
-            t0 = time.perf_counter()
+            t0 = clock.mark()
             draft = spec.propose(context)
-            t1 = time.perf_counter()
+            t1 = clock.mark()
             draft = _fit(draft, room)
             logits = self.forward.step(draft, cache)
             path, bonus = self.acceptor(draft.tree, logits)
@@ -133,13 +143,14 @@ class Decoder:
                 stop = stop or "max_new_tokens"
                 if stop == "eos" and emitted[-1] not in lm.eos_ids:
                     stop = "max_new_tokens"
-            if stop is None and prefix_len + len(path) + 1 > lm.max_context:
+            if stop is None and prefix_len + len(path) + 1 > self.max_context:
                 stop = "context"
-            t2 = time.perf_counter()
-            note_step(lm.model, draft.size, prefix_len, t2 - t1)  # keeps a cached cost curve true to this run
+            t2 = clock.mark()
             context.extend(emitted)
             spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
-            t3 = time.perf_counter()
+            t3 = clock.mark()
+            clock.settle()  # end of step: read the marks once, so no queued work leaks into the next step
+            note_step(lm.model, draft.size, prefix_len, clock.seconds(t1, t2))  # keeps a cached cost curve true to this run
             record = StepRecord(
                 step=step,
                 position=len(result.output_ids),
@@ -148,8 +159,8 @@ class Decoder:
                 sources=list(tree.sources),
                 accepted=path,
                 emitted=emitted,
-                draft_s=(t1 - t0) + (t3 - t2),
-                verify_s=t2 - t1,
+                draft_s=clock.seconds(t0, t1) + clock.seconds(t2, t3),
+                verify_s=clock.seconds(t1, t2),
                 info=dict(draft.info),
                 top=_top(logits[: len(tree)], self.record_top) if self.record_top else None,
                 stop=stop,

@@ -1,0 +1,63 @@
+"""Models the GPU check builds without a download: randomly initialised Llamas of real models' shapes, made
+directly on the target device in the target dtype, and a byte-level tokenizer so the bench can run on them."""
+
+from __future__ import annotations
+
+import torch
+
+# Shapes from the published configs (config only: the weights are random).
+SHAPES = {
+    "llama3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                      rope_theta=500000.0, rms_norm_eps=1e-5),
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    # what --cpu uses in place of all of them: the same code path at a size two shared cores run in seconds
+    "tiny": dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, initializer_range=0.1),
+    # the logit checks on CUDA: big enough for real kernels, small enough to run sequential passes per node.
+    # The wider initialisation gives logits spread like a trained model's (std ~2 instead of ~0.5), so top-2
+    # gaps are often above the bench's tie margin and a bf16 flip that is not at a tie can be seen.
+    "check": dict(vocab_size=2048, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.1),
+}
+
+
+def byte_tokenizer():
+    """A 257-entry byte-level tokenizer (256 bytes + ``<eos>``): real text in, real text out, no files."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab["<eos>"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+
+
+def random_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int = 0, tokenizer=None,
+                 name: str | None = None):
+    """A LoadedModel wrapping a seeded random Llama of ``shape``, initialised on ``device`` in ``dtype``
+    (an 8B model is never materialised on the host)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from drafting.attention import use_grouped_attention
+    from drafting.model import LoadedModel
+
+    cfg = dict(SHAPES[shape])
+    eos = 256 if tokenizer is not None else cfg["vocab_size"] - 1
+    config = LlamaConfig(**cfg, eos_token_id=eos, bos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=dtype, attn_implementation="sdpa")
+    model.eval()
+    use_grouped_attention(model)  # what load_model does, so the check runs the attention path users get
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name or f"random {shape} ({str(dtype)[6:]})",
+                       device=device, dtype=dtype, eos_ids={eos}, max_context=config.max_position_embeddings)
+
+
+def parameter_count(lm) -> str:
+    n = sum(p.numel() for p in lm.model.parameters())
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
