@@ -45,6 +45,7 @@ class GenerationResult:
     draft_s: float = 0.0
     verify_s: float = 0.0
     margins: list[float] | None = None  # top-2 logit gap behind each output token (Decoder(record_margins=True))
+    cached_tokens: int = 0  # prompt tokens found in a kept cache (Decoder.stream(cache=...)), not prefilled again
 
     @property
     def steps(self) -> int:
@@ -97,19 +98,27 @@ class Decoder:
         return self.result
 
     def stream(
-        self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None
+        self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None,
+        cache=None,
     ) -> Iterator[StepRecord]:
+        """Stream the step records of one generation. ``cache``: a KV cache kept from an earlier stream that
+        holds the first ``cache.get_seq_length()`` tokens of ``prompt_ids`` (all but the last at most); only the
+        rest is prefilled, and the cache keeps prompt + output but the last token when the stream ends."""
         self.check_fits(prompt_ids)
         lm, spec = self.lm, self.speculator
-        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
+        cached = 0 if cache is None else cache.get_seq_length()
+        if cached > len(prompt_ids) - 1:
+            raise ValueError(f"The kept cache holds {cached} tokens, more than the {len(prompt_ids) - 1} before the prompt's last.")
+        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None,
+                                  cached_tokens=cached)
         self.result = result
-        cache = new_cache(lm.model.config)
+        cache = new_cache(lm.model.config) if cache is None else cache
         t_start = time.perf_counter()
         context = list(prompt_ids)
         spec.reset(list(context))
-        if len(context) > 1:
+        if len(context) - 1 > cached:
             rows = spec.prefill_logit_rows
-            logits = self.forward.prefill(context[:-1], cache, rows)
+            logits = self.forward.prefill(context[cached:-1], cache, rows)
             spec.observe_prefill(context[:-1], None if rows == 0 else logits)
         result.prefill_s = time.perf_counter() - t_start
         step = 0
