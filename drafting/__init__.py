@@ -19,6 +19,7 @@ _EXPORTS = {
     "Piece": "api",
     "Stream": "api",
     "forget_models": "api",
+    "embedded_model_folder": "api",
     "custom_generate": "hf_custom",
     "ChatSession": "chat_session",
     "Detokenizer": "detokenize",

@@ -40,6 +40,19 @@ class Piece(NamedTuple):
     record: StepRecord
 
 
+def embedded_model_folder() -> str:
+    """The embedded model as a plain transformers folder (converted once from its GGUF into goose's cache), for
+    ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``."""
+    from .model import _convert_gguf, _converted_folder, _quiet_transformers, embedded_gguf
+
+    gguf = embedded_gguf()
+    folder = _converted_folder(gguf)
+    if not (folder / "goose.json").exists():
+        _quiet_transformers()
+        _convert_gguf(gguf, folder)
+    return str(folder)
+
+
 def forget_models() -> None:
     """Drop every model and decoder this process keeps (frees their memory)."""
     _MODELS.clear()
@@ -109,11 +122,13 @@ class Stream:
         out: list[int] = []
         records: list[StepRecord] = []
         reason = ""
+        result = None  # this generation's GenerationResult (the decoder's own slot belongs to its latest stream)
         steps = decoder.stream(prompt_ids, max_new_tokens)
         guard = borrowed(lm.model) if getattr(lm, "borrowed", False) else nullcontext()
         try:
             with guard:
                 for record in steps:
+                    result = result or decoder.result
                     records.append(record)
                     text = []
                     for token in record.emitted:
@@ -134,7 +149,6 @@ class Stream:
                     yield Piece(tail, records[-1])
         finally:
             steps.close()
-            result = decoder.result
             self.generation = Generation(
                 text=detok.text, token_ids=out, stop_reason=reason or (result.stop_reason if result else ""),
                 stats=_stats(result, records, len(out)), prompt_ids=list(prompt_ids), records=records,

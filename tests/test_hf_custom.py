@@ -19,9 +19,7 @@ def hf(embedded_lm):
     """(model, tokenizer) as a transformers user has them: from_pretrained on the converted folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drafting.model import _converted_folder, embedded_gguf
-
-    folder = _converted_folder(embedded_gguf())  # embedded_lm made sure it exists
+    folder = drafting.embedded_model_folder()
     tok = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     return model, tok

@@ -122,9 +122,7 @@ def test_unknown_model_path_raises_model_error():
 def test_callers_model_object_is_used_and_left_as_it_was(embedded_lm):
     from transformers import AutoModelForCausalLM
 
-    from drafting.model import _converted_folder, embedded_gguf
-
-    folder = _converted_folder(embedded_gguf())
+    folder = drafting.embedded_model_folder()
     net = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     tok = embedded_lm.tokenizer
     before = (net.config._attn_implementation, [type(m) for m in net.modules()], [p.data_ptr() for p in net.parameters()])
