@@ -3,7 +3,8 @@ kept from turn to turn.
 
 Each turn's templated conversation normally starts with every token the cache already holds (the previous
 prompt and answer), so only what the template adds (the end of the answer, the new user turn, the assistant
-header) is prefilled. The longest common prefix is reused whatever happens, so an edited history, an answer
+header) is prefilled, and a speculator whose context index holds a prefix of the new conversation catches
+up on the added tokens (Speculator.resume) instead of being reset. The longest common prefix is reused whatever happens, so an edited history, an answer
 that re-tokenises differently or a cut answer costs only the tokens that differ; a speculator that reads
 prefill logits and has not seen this conversation yet gets a full prefill. No UI here.
 """

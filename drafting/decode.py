@@ -103,7 +103,8 @@ class Decoder:
     ) -> Iterator[StepRecord]:
         """Stream the step records of one generation. ``cache``: a KV cache kept from an earlier stream that
         holds the first ``cache.get_seq_length()`` tokens of ``prompt_ids`` (all but the last at most); only the
-        rest is prefilled, and the cache keeps prompt + output but the last token when the stream ends."""
+        rest is prefilled. Afterwards its first len(prompt + output) - 1 positions hold those tokens in order (a
+        last step cut at EOS or the token limit leaves the rest of its accepted path after them)."""
         self.check_fits(prompt_ids)
         lm, spec = self.lm, self.speculator
         cached = 0 if cache is None else cache.get_seq_length()
@@ -115,7 +116,8 @@ class Decoder:
         cache = new_cache(lm.model.config) if cache is None else cache
         t_start = time.perf_counter()
         context = list(prompt_ids)
-        spec.reset(list(context))
+        if not (cached and spec.resume(list(context))):  # a kept cache continues what the speculator saw
+            spec.reset(list(context))
         if len(context) - 1 > cached:
             rows = spec.prefill_logit_rows
             logits = self.forward.prefill(context[cached:-1], cache, rows)

@@ -30,6 +30,10 @@ def _answer(session: ChatSession, text: str, stop_after: int | None = None) -> l
 def test_ten_turns_with_the_kept_cache_match_full_prefill(embedded_lm, spec):
     kept = ChatSession(embedded_lm, spec, max_new_tokens=TOKENS)
     full = ChatSession(embedded_lm, spec, max_new_tokens=TOKENS, keep_cache=False)
+    speculator = kept.decoder.speculator
+    resumed: list[bool] = []
+    own_resume = speculator.resume
+    speculator.resume = lambda context: resumed.append(own_resume(context)) or resumed[-1]
     for turn, text in enumerate(TURNS, 1):
         a, b = _answer(kept, text), _answer(full, text)
         assert a == b, f"turn {turn} differs"
@@ -39,6 +43,14 @@ def test_ten_turns_with_the_kept_cache_match_full_prefill(embedded_lm, spec):
             assert kept.prefilled < 40 < kept.prompt_tokens, (turn, kept.prefilled, kept.prompt_tokens)
         assert kept._cache.get_seq_length() == len(kept._cached_ids)
     assert kept.messages == full.messages
+    assert len(resumed) == len(TURNS) - 1 and all(resumed) == (spec == "goose")
+    if spec == "goose":  # the context index caught up turn by turn is the one a reset would build
+        from drafting.sources.context import SpineMatcher
+
+        rebuilt = SpineMatcher()
+        rebuilt.reset(list(speculator.matcher.tokens))
+        assert speculator.matcher._index == rebuilt._index
+        assert speculator.matcher.tokens[:-1] == kept._cached_ids
 
 
 def test_fallbacks_new_conversation_edited_history_and_speculator_switch(embedded_lm):
