@@ -45,8 +45,9 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         params = SamplingParams(float(gc.temperature or 1.0), int(gc.top_k or 0), float(gc.top_p or 1.0), seed)
     else:
         params = SamplingParams()
-    seq = torch.empty((1, start + max(0, max_new)), dtype=torch.long)
-    seq[:, :start] = input_ids.cpu()
+    # on the prompt's device: stopping criteria compare against tensors transformers put there
+    seq = torch.empty((1, start + max(0, max_new)), dtype=torch.long, device=input_ids.device)
+    seq[:, :start] = input_ids
     n = start
     if max_new > 0:
         with borrowed(model):
@@ -59,7 +60,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
                         seq[0, n] = token
                         n += 1
                         if streamer is not None:
-                            streamer.put(seq[0, n - 1 : n])
+                            streamer.put(seq[0, n - 1 : n].cpu())
                         if bool(stopping_criteria(seq[:, :n], None).all()):
                             done = True
                             break
@@ -69,7 +70,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
                 steps.close()
     if streamer is not None:
         streamer.end()
-    sequences = seq[:, :n].to(input_ids.device)
+    sequences = seq[:, :n].clone()
     if gc.return_dict_in_generate:
         from transformers.generation.utils import GenerateDecoderOnlyOutput
 

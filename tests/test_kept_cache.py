@@ -3,7 +3,13 @@ every turn, and prefills only what the chat template adds; the incremental detok
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from conftest import ROOT
 
 from drafting.chat_session import ChatSession
 from drafting.detokenize import Detokenizer
@@ -109,3 +115,22 @@ def test_detokenizer_streams_exact_text_from_short_windows(embedded_lm):
     pieces = [d.push(t) for t in ids + [2]] + [d.flush()]
     assert "".join(pieces) == d.text == tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     assert len(ids) > 100 and max(counting.sizes) <= 8  # never the whole answer
+
+
+def test_plain_chat_kept_and_full_prefill_give_the_same_answers():
+    """The measured path: `goose chat --plain` piped, ten turns, with and without --full-prefill."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
+    runs = []
+    for extra in ([], ["--full-prefill"]):
+        done = subprocess.run([sys.executable, "-m", "goosecli", "chat", "--plain", "-n", "6", "-s", "goose", *extra],
+                              input="\n".join(TURNS) + "\n", cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]
+        runs.append(done)
+    kept, full = runs
+    assert kept.stdout.strip() and kept.stdout == full.stdout
+    for run, small in ((kept, True), (full, False)):
+        found = re.findall(r"turn (\d+) first token [0-9.]+ s \(prefilled (\d+) of (\d+) prompt tokens\)", run.stderr)
+        assert [int(t) for t, _, _ in found] == list(range(1, len(TURNS) + 1))
+        t10, prefilled, total = (int(x) for x in found[-1])
+        assert (prefilled < 40) == small and (prefilled == total - 1) == (not small)
