@@ -15,7 +15,7 @@ from pathlib import Path
 from drafting.model import load_model
 from drafting.trace import read_trace
 from tui.chat_app import ChatApp
-from tui.session import ChatSession
+from drafting.chat_session import ChatSession
 from tui.viz_app import Opened, VizApp
 
 DOCS = Path(__file__).resolve().parent

@@ -27,7 +27,7 @@ from drafting.openmp import release_idle_workers
 from drafting.prompting import encode
 from drafting.speculators import create
 from tui.chat_app import ChatApp
-from tui.session import ChatSession
+from drafting.chat_session import ChatSession
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome, then explain it."
 

@@ -1,7 +1,54 @@
-"""goose's engine. Importing it before torch sets goose's OpenMP start-up settings (drafting.openmp: a bounded
-spin that keeps the speed alone and shares the cores with other processes); imported after torch, or with any
-OpenMP wait or thread variable set by the user, or with ``GOOSE_OPENMP=keep``, it changes nothing."""
+"""goose's engine: training-free speculative decoding for transformers models.
+
+The Python entry points load nothing until first used, so ``import drafting`` stays light:
+
+- ``drafting.generate(prompt, ...)`` -> ``Generation`` (text, token ids, stop reason, stats)
+- ``drafting.stream(prompt, ...)`` -> pieces of text as each step is accepted
+- ``model.generate(**inputs, custom_generate=drafting.custom_generate, speculator="goose")``
+- ``drafting.ChatSession`` -> a conversation whose KV cache is kept between turns
+
+Importing it before torch sets goose's OpenMP start-up settings (drafting.openmp: a bounded spin that keeps the
+speed alone and shares the cores with other processes); imported after torch, or with any OpenMP wait or
+thread variable set by the user, or with ``GOOSE_OPENMP=keep``, it changes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from .openmp import apply_startup_settings
 
 apply_startup_settings()
+
+_EXPORTS = {
+    "generate": "api",
+    "stream": "api",
+    "Generation": "api",
+    "Piece": "api",
+    "Stream": "api",
+    "forget_models": "api",
+    "embedded_model_folder": "api",
+    "custom_generate": "hf_custom",
+    "ChatSession": "chat_session",
+    "Detokenizer": "detokenize",
+    "load_model": "model",
+    "ModelError": "model",
+    "ContextError": "decode",
+    "UnsupportedModelError": "decode",
+    "SpecError": "speculators",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'drafting' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -39,6 +39,7 @@ class GenerationResult:
     draft_s: float = 0.0
     verify_s: float = 0.0
     margins: list[float] | None = None  # top-2 logit gap behind each output token (Decoder(record_margins=True))
+    cached_tokens: int = 0  # prompt tokens found in a kept cache (Decoder.stream(cache=...)), not prefilled again
 
     @property
     def steps(self) -> int:
@@ -91,24 +92,35 @@ class Decoder:
         return self.result
 
     def stream(
-        self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None
+        self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None,
+        cache=None,
     ) -> Iterator[StepRecord]:
+        """Stream the step records of one generation. ``cache``: a KV cache kept from an earlier stream that
+        holds the first ``cache.get_seq_length()`` tokens of ``prompt_ids`` (all but the last at most); only the
+        rest is prefilled. Afterwards its first len(prompt + output) - 1 positions hold those tokens in order (a
+        last step cut at EOS or the token limit leaves the rest of its accepted path after them)."""
         self.check_fits(prompt_ids)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}.")
         lm, spec = self.lm, self.speculator
-        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None)
+        cached = 0 if cache is None else cache.get_seq_length()
+        if cached > len(prompt_ids) - 1:
+            raise ValueError(f"The kept cache holds {cached} tokens, more than the {len(prompt_ids) - 1} before the prompt's last.")
+        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None,
+                                  cached_tokens=cached)
         self.result = result
-        cache = self.forward.new_cache() if self.static_shapes else new_cache(lm.model.config)
+        if cache is None:
+            cache = self.forward.new_cache() if self.static_shapes else new_cache(lm.model.config)
         settle(lm.model)  # a cost curve found off by earlier steps is measured again here, before the clock starts
         clock = self.clock
         t_start = time.perf_counter()
         m_start = clock.mark()
         context = list(prompt_ids)
-        spec.reset(list(context))
-        if len(context) > 1:
+        if not (cached and spec.resume(list(context))):  # a kept cache continues what the speculator saw
+            spec.reset(list(context))
+        if len(context) - 1 > cached:
             rows = spec.prefill_logit_rows
-            logits = self.forward.prefill(context[:-1], cache, rows)
+            logits = self.forward.prefill(context[cached:-1], cache, rows)
             spec.observe_prefill(context[:-1], None if rows == 0 else logits)
         m_prefilled = clock.mark()
         clock.settle()  # the prefill's queued GPU work belongs to the prefill, not to step 1

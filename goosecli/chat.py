@@ -41,6 +41,7 @@ def chat(
     system: Annotated[Optional[str], typer.Option("--system", help="System message that opens the conversation.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Write every step to this trace file (one section per turn) for `goose viz`.")] = None,
     plain: Annotated[bool, typer.Option("--plain", help="No full-screen app: a line REPL. With piped stdin, each non-empty line is one turn of one conversation.")] = False,
+    full_prefill: Annotated[bool, typer.Option("--full-prefill", help="Prefill the whole conversation every turn instead of keeping its KV cache between turns (the reference for timing the kept cache).")] = False,
     temperature: Temperature = 0.0,
     top_k: TopK = 0,
     top_p: TopP = 1.0,
@@ -61,11 +62,11 @@ def chat(
         fail(f"--trace {str(trace)!r} is a folder; give a file name for the trace.")
     lm = load_or_fail(model, device, dtype, device_map, weights)
 
-    from tui.session import ChatSession
+    from drafting.chat_session import ChatSession
 
     try:
         session = ChatSession(lm, speculator, acceptor=acceptor, max_new_tokens=max_new_tokens, system=system,
-                              raw=raw, trace_path=trace)
+                              raw=raw, trace_path=trace, keep_cache=not full_prefill)
     except SpecError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -121,7 +122,7 @@ def run_plain(session, interactive: bool) -> None:
 
 def answer(session, text: str, out, err) -> None:
     from tui.marks import PROVENANCE_STYLE, provenance
-    from tui.session import Detokenizer
+    from drafting.detokenize import Detokenizer
     from tui.stats import LiveStats
 
     stats = LiveStats()
@@ -141,8 +142,12 @@ def answer(session, text: str, out, err) -> None:
         stopped = True
     out.print()
     speed = stats.speed_text(session.ar_step_s, session.baseline)
+    first = ""
+    if session.first_token_s is not None:
+        first = (f" · turn {session.turns} first token {session.first_token_s:.3f} s"
+                 f" (prefilled {session.prefilled} of {session.prompt_tokens} prompt tokens)")
     err.print(
         f"── {session.speculator} · {stats.tokens} tokens in {stats.steps} steps · {stats.mean_accepted:.2f} tok/step"
-        f" · {stats.tokens_per_s:.1f} tok/s{speed}{' · stopped' if stopped else ''}",
+        f" · {stats.tokens_per_s:.1f} tok/s{speed}{first}{' · stopped' if stopped else ''}",
         style="grey50", soft_wrap=True,
     )

@@ -17,11 +17,12 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
+from drafting.chat_session import ChatSession
+from drafting.detokenize import Detokenizer
 from drafting.openmp import release_idle_workers
 from drafting.speculators import SpecError, registry
 
 from .marks import PROVENANCE_LABEL, PROVENANCE_STYLE, provenance
-from .session import ChatSession, Detokenizer
 from .stats import LiveStats
 from .treepane import TreePane
 from .viz_app import ROW_SPECULATORS

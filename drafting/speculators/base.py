@@ -55,6 +55,11 @@ class Speculator:
     def reset(self, context: list[int]) -> None:
         """A new generation starts with this prompt (its last token is the first root)."""
 
+    def resume(self, context: list[int]) -> bool:
+        """A new generation continues a context this speculator has seen (a chat turn on a kept KV cache):
+        catch up on the tokens added since and keep what was learned, or return False to be ``reset``."""
+        return False
+
     @property
     def prefill_logit_rows(self) -> int | None:
         """How many of the prefill's last positions ``observe_prefill`` reads logits for (None = all, 0 = none).
@@ -86,3 +91,13 @@ def _fmt(v) -> str:
     if isinstance(v, bool):
         return "on" if v else "off"
     return str(v)
+
+
+def catch_up(index, context: list[int]) -> bool:
+    """Extend a context index (drafting.sources.context) to ``context`` if what it holds is a prefix of it; the
+    result is the index ``reset(context)`` would build, without re-reading the whole conversation."""
+    seen = index.tokens
+    if len(seen) > len(context) or context[: len(seen)] != seen:
+        return False
+    index.extend(context[len(seen):])
+    return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..sources.context import ContextIndex
 from ..tree import CONTEXT, Draft, DraftTree
-from .base import Option, SpecError, Speculator, StepResult
+from .base import Option, SpecError, Speculator, StepResult, catch_up
 
 
 class PromptLookup(Speculator):
@@ -38,6 +38,9 @@ class PromptLookup(Speculator):
         self.index.reset(context)
         self.ema = 1.0
         self.paused_steps = 0
+
+    def resume(self, context: list[int]) -> bool:
+        return catch_up(self.index, context)
 
     def propose(self, context: list[int]) -> Draft:
         tree = DraftTree(context[-1])

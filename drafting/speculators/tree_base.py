@@ -19,7 +19,7 @@ from ..budget import AcceptanceStats, paying_nodes
 from ..sources.adjacency import AdjacencyCacheError, AdjacencyTable
 from ..sources.context import SpineMatcher
 from ..tree import Draft, DraftTree
-from .base import Option, SpecError, Speculator, StepResult
+from .base import Option, SpecError, Speculator, StepResult, catch_up
 
 _CURVES: dict = {}  # per loaded model in this process: checked (and if need be re-measured) once
 _SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
@@ -129,6 +129,13 @@ class TreeSpeculator(Speculator):
         self.save_cache()
         self.matcher.reset(context)
         self._last = None
+
+    def resume(self, context: list[int]) -> bool:
+        if not catch_up(self.matcher, context):
+            return False
+        self.save_cache()
+        self._last = None
+        return True
 
     @property
     def prefill_logit_rows(self) -> int | None:
