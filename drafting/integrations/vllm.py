@@ -1,0 +1,119 @@
+"""GOOSE as a vLLM speculative proposer (``method: custom_class``).
+
+    LLM(model, speculative_config={"method": "custom_class",
+                                   "model": "drafting.integrations.vllm.GooseProposer",
+                                   "num_speculative_tokens": 8})
+
+vLLM builds ``GooseProposer(vllm_config)`` in each worker and, after every step, calls
+``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)`` once for the whole batch: row i of
+``token_ids_cpu`` holds request i's prompt and output, its first ``num_tokens_no_spec[i]`` entries committed
+(this step's ``sampled_token_ids[i]`` included: the accepted drafts plus the engine's own token; empty while
+the request is still in a partial prefill). It returns one chain per row, possibly empty; vLLM verifies
+chains losslessly, so a wrong draft costs time, never output.
+
+The custom-class hook is not told request ids, and vLLM moves rows when requests finish, so a request is
+recognised by its stream (length, first and last tokens) and its state follows it to its new row. State a
+call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. This module
+does not import vLLM: the class is exercised without it, and only reads the two config fields it needs.
+"""
+
+from __future__ import annotations
+
+from .goose_chain import SPINE, TABLE, RequestChain
+from .token_adjacency import TokenAdjacency
+
+CLASS_PATH = "drafting.integrations.vllm.GooseProposer"
+
+_SHARED_TABLE: TokenAdjacency | None = None
+
+
+def shared_table() -> TokenAdjacency:
+    """The process-wide adjacency table: every request learns into it and drafts from it (hot start)."""
+    global _SHARED_TABLE
+    if _SHARED_TABLE is None:
+        _SHARED_TABLE = TokenAdjacency()
+    return _SHARED_TABLE
+
+
+def speculative_config(num_speculative_tokens: int = 8) -> dict:
+    """The ``speculative_config`` that makes vLLM draft with GooseProposer."""
+    return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": int(num_speculative_tokens)}
+
+
+class GooseProposer:
+    """Batched GOOSE chain proposer for vLLM's ``custom_class`` speculative method."""
+
+    def __init__(self, vllm_config=None, *, num_speculative_tokens: int | None = None,
+                 max_model_len: int | None = None, table: TokenAdjacency | None = None):
+        spec = getattr(vllm_config, "speculative_config", None)
+        model = getattr(vllm_config, "model_config", None)
+        k = num_speculative_tokens if num_speculative_tokens is not None else getattr(spec, "num_speculative_tokens", None)
+        length = max_model_len if max_model_len is not None else getattr(model, "max_model_len", None)
+        if not k or int(k) < 1:
+            raise ValueError("GooseProposer needs num_speculative_tokens >= 1 in the speculative config.")
+        if not length or int(length) < 2:
+            raise ValueError("GooseProposer needs the model's max_model_len to be at least 2.")
+        self.k = int(k)
+        self.max_model_len = int(length)
+        self.table = table if table is not None else shared_table()
+        self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
+
+    # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load
+    def load_model(self, *args, **kwargs) -> None:
+        return None
+
+    @property
+    def active(self) -> int:
+        """Requests whose state is held."""
+        return len(self._rows)
+
+    def stats(self) -> dict:
+        """Tokens drafted and accepted per source over the requests held now."""
+        out = {f"{s}_{w}": 0 for s in (SPINE, TABLE) for w in ("drafted", "accepted")}
+        for st in self._rows.values():
+            for s in (SPINE, TABLE):
+                out[f"{s}_drafted"] += st.drafted[s]
+                out[f"{s}_accepted"] += st.accepted[s]
+        return out
+
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
+                **_unused) -> list[list[int]]:
+        """One draft chain (a list of token ids, maybe empty) per row of the batch."""
+        previous = self._rows
+        claimed: set[int] = set()
+        rows: dict[int, RequestChain] = {}
+        drafts: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            n = int(num_tokens_no_spec[i])
+            new = len(sampled) if sampled else 0
+            row = token_ids_cpu[i]
+            state = self._find(previous, claimed, i, row, n - new)
+            if not new:  # partial prefill (or nothing committed): keep what we know, draft nothing
+                if state is not None:
+                    rows[i] = state
+                drafts.append([])
+                continue
+            if state is None:
+                state = RequestChain([int(t) for t in row[:n]], self.table)
+            else:
+                state.advance([int(t) for t in row[n - new : n]])
+            claimed.add(id(state))
+            rows[i] = state
+            # the engine places this step's token at n - 1; drafts must leave room for its bonus token
+            limit = min(self.k, self.max_model_len - n - 1)
+            drafts.append(state.propose(limit) if limit > 0 else [])
+        self._rows = rows  # requests no row matched have finished or left the batch: their state goes
+        return drafts
+
+    @staticmethod
+    def _find(previous: dict[int, RequestChain], claimed: set[int], i: int, row, known: int):
+        """The state of the request now in row ``i``: the same row as last call, else any moved one."""
+        state = previous.get(i)
+        if state is not None and id(state) not in claimed and state.same_request(row, known):
+            claimed.add(id(state))
+            return state
+        for state in previous.values():
+            if id(state) not in claimed and state.same_request(row, known):
+                claimed.add(id(state))
+                return state
+        return None
