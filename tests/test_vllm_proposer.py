@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain, spine_length, table_length
+from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain, spine_length, table_floor, table_length
 from drafting.integrations.token_adjacency import TokenAdjacency
 from drafting.integrations.vllm import CLASS_PATH, GooseProposer, speculative_config
 
@@ -227,6 +227,13 @@ def test_table_source_has_its_own_ema():
     assert d and st.last_source == TABLE
     st.advance([53])
     assert st.ema[TABLE] < 0.5 and st.ema[SPINE] == 0.5
+    assert table_floor(0.1, 0.3) == 0.6 and table_floor(0.5, 0.3) == 0.3
+    # a mostly rejected table source drafts a transition seen once no more, one seen twice still
+    seen = TokenAdjacency()
+    seen.learn([60, 61, 0, 70, 71, 0, 70, 71])
+    once, twice = RequestChain([1, 60], seen), RequestChain([2, 70], seen)
+    once.ema[TABLE] = twice.ema[TABLE] = 0.1
+    assert once.propose(8) == [] and twice.propose(8) == [71]
 
 
 def test_construction_from_a_vllm_like_config_and_bad_configs():

@@ -36,6 +36,12 @@ def table_length(ema: float, limit: int) -> int:
     return max(1, math.floor(limit * base_ratio(ema))) if limit > 0 else 0
 
 
+def table_floor(ema: float, min_path: float) -> float:
+    """The path share an adjacency chain must keep: doubled while that source is mostly rejected, so a
+    request whose table drafts keep failing pays for a draft only on transitions seen more than once."""
+    return min(0.95, 2 * min_path) if ema < 0.2 else min_path
+
+
 class RequestChain:
     """Drafting state of one request: its token stream, matcher and acceptance EMAs."""
 
@@ -105,7 +111,8 @@ class RequestChain:
             else:
                 toks = self.matcher.tokens
                 prev = toks[-2] if len(toks) > 1 else -1
-                draft = self.table.chain(prev, toks[-1], table_length(self.ema[TABLE], limit), self.min_path)
+                ema = self.ema[TABLE]
+                draft = self.table.chain(prev, toks[-1], table_length(ema, limit), table_floor(ema, self.min_path))
                 src = TABLE
         self.last_draft, self.last_source = draft, (src if draft else "")
         return draft
