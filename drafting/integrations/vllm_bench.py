@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..model import ModelError
 from ..prompt_file import PromptFileError, read_prompts
 from .vllm_runs import MethodError, method_config, unavailable
 
@@ -31,13 +32,10 @@ class BenchError(ValueError):
 
 def default_model() -> str:
     """The embedded model's converted safetensors folder (converted now if it is not yet)."""
-    from .. import model as goose_model
+    from ..gguf_convert import ensure_converted
+    from ..model import embedded_gguf
 
-    gguf = goose_model.embedded_gguf()
-    folder = goose_model._converted_folder(gguf)
-    if not (folder / "goose.json").exists():
-        goose_model._convert_gguf(gguf, folder)
-    return str(folder)
+    return str(ensure_converted(embedded_gguf()))
 
 
 def check_model_folder(path: str) -> None:
@@ -197,7 +195,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         result = bench(args)
-    except (BenchError, MethodError, PromptFileError) as exc:
+    except (BenchError, MethodError, ModelError, PromptFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
