@@ -86,3 +86,31 @@ def test_goose_proposer_in_vllm_is_lossless_and_drafts(tmp_path):
     s = result["summary"]["goose"]
     assert s["identical"] == s["prompts"] == 3
     assert s["mean_acceptance_length"] is not None and s["mean_acceptance_length"] > 1.0
+
+
+def test_goose_bench_reference_comparison(tmp_path):
+    from drafting.integrations.goose_reference import GooseReferenceError, compare, eos_ids, load
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    assert eos_ids(str(tmp_path)) == {2}
+    goose = [
+        {"prompt_id": "a", "speculator": "ar", "output_ids": [5, 6, 7], "new_tokens": 3, "wall_s": 1.0},
+        {"prompt_id": "b", "speculator": "ar", "output_ids": [5, 6, 7], "new_tokens": 3, "wall_s": 1.0,
+         "margins": [3.0, 0.01, 2.0]},
+        {"prompt_id": "a", "speculator": "goose", "output_ids": [5, 6, 7], "new_tokens": 3, "wall_s": 0.5},
+    ]
+    vllm_none = [{"id": "a", "output_ids": [5, 6, 7, 2]},  # vLLM keeps the EOS it stopped on
+                 {"id": "b", "output_ids": [5, 9, 7]},
+                 {"id": "c", "output_ids": [1]}]
+    got = compare(vllm_none, goose, {2})
+    assert (got["identical"], got["prompts"]) == (1, 2)
+    b = got["none_vs_goose_ar"][1]
+    assert (b["first_divergence"], b["goose_margin"]) == (1, 0.01)
+    assert got["goose_bench"]["ar"] == {"tokens_per_s": 3.0, "prompts": 2}
+    assert got["goose_bench"]["goose"]["tokens_per_s"] == 6.0
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"runs": goose}))
+    assert load(str(path)) == goose
+    path.write_text(json.dumps({"runs": []}))
+    with pytest.raises(GooseReferenceError, match="ar runs"):
+        load(str(path))

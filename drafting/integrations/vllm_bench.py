@@ -21,6 +21,8 @@ from pathlib import Path
 
 from ..model import ModelError
 from ..prompt_file import PromptFileError, read_prompts
+from . import goose_reference
+from .goose_reference import GooseReferenceError
 from .vllm_runs import MethodError, method_config, unavailable
 
 DEFAULT_METHODS = "none,ngram,ngram:5,suffix,goose"
@@ -123,6 +125,14 @@ def render(result: dict) -> None:
         Console().print(table)
     for m, why in result["skipped"].items():
         print(f"{m}: skipped: {why}")
+    ref = result.get("goose")
+    if ref:
+        speeds = ", ".join(f"{k} {_fmt(v['tokens_per_s'], 1)} tok/s" for k, v in ref["goose_bench"].items())
+        print(f"vLLM none vs goose bench ar: {ref['identical']}/{ref['prompts']} identical; goose bench: {speeds}")
+        for r in ref["none_vs_goose_ar"]:
+            if not r["identical"]:
+                print(f"  {r['id']}: first divergence at token {r['first_divergence']} "
+                      f"(goose ar top-2 margin there: {_fmt(r['goose_margin'], 4)})")
 
 
 def _fmt(x, digits: int, unit: str = "") -> str:
@@ -141,6 +151,9 @@ def parse_args(argv):
     ap.add_argument("--max-model-len", type=int, default=4096, help="vLLM's context length")
     ap.add_argument("--limit", type=int, help="use only the first N prompts")
     ap.add_argument("--json", dest="json_out", help="write the runs and summary to this JSON file")
+    ap.add_argument("--against", metavar="GOOSE_BENCH_JSON",
+                    help="a `goose bench --json` file on the same prompts: compare vLLM's none with its ar, "
+                         "and show its speeds beside vLLM's")
     ap.add_argument("--log", help="file for vLLM's own log (default: a temporary file)")
     return ap.parse_args(argv)
 
@@ -152,6 +165,7 @@ def bench(args) -> dict:
     methods = ["none"] + [m for m in dict.fromkeys(x.strip() for x in args.methods.split(",")) if m and m != "none"]
     for m in methods:
         method_config(m, args.num_speculative_tokens)  # raises MethodError on a bad name
+    goose_runs = goose_reference.load(args.against) if args.against else None
     model = args.model or default_model()
     check_model_folder(model)
     log = Path(args.log) if args.log else Path(tempfile.mkstemp(prefix="vllm-bench-", suffix=".log")[1])
@@ -174,6 +188,9 @@ def bench(args) -> dict:
                 div = first_divergence(row["output_ids"], reference.get(row["id"], []))
                 row.update(identical=div is None, first_divergence=div)
                 result["runs"].append(row)
+            if m == "none" and goose_runs is not None:
+                none_rows = [r for r in result["runs"] if r["method"] == "none"]
+                result["goose"] = goose_reference.compare(none_rows, goose_runs, goose_reference.eos_ids(model))
             result["summary"] = summarize(result["runs"], methods)
             _write(args.json_out, result)  # after every method, so an interrupted run keeps what it measured
     except KeyboardInterrupt:
@@ -195,7 +212,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         result = bench(args)
-    except (BenchError, MethodError, ModelError, PromptFileError) as exc:
+    except (BenchError, GooseReferenceError, MethodError, ModelError, PromptFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
