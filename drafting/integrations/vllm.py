@@ -94,9 +94,9 @@ class GooseProposer:
                 drafts.append([])
                 continue
             if state is None:
-                state = RequestChain([int(t) for t in row[:n]], self.table)
+                state = RequestChain(_ints(row[:n]), self.table)
             else:
-                state.advance([int(t) for t in row[n - new : n]])
+                state.advance(_ints(row[n - new : n]))
             claimed.add(id(state))
             rows[i] = state
             # the engine places this step's token at n - 1; drafts must leave room for its bonus token
@@ -117,3 +117,8 @@ class GooseProposer:
                 claimed.add(id(state))
                 return state
         return None
+
+
+def _ints(seq) -> list[int]:
+    """Plain ints from a numpy row slice (or any sequence)."""
+    return seq.tolist() if hasattr(seq, "tolist") else [int(t) for t in seq]
