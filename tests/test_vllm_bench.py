@@ -24,7 +24,8 @@ def test_method_names_map_to_vllm_configs():
     assert method_config("ngram:1", 8)["prompt_lookup_min"] == 1
     assert method_config("goose", 6)["model"] == "drafting.integrations.vllm.GooseProposer"
     assert method_config("suffix", 8)["method"] == "suffix"
-    for bad in ("eagle", "ngram:x", "ngram:5-2", "ngram:0"):
+    assert method_config("goose:spine=full", 8)["model"].endswith("GooseProposer")
+    for bad in ("eagle", "ngram:x", "ngram:5-2", "ngram:0", "goose:spine=tree"):
         with pytest.raises(MethodError):
             method_config(bad, 8)
 

@@ -264,3 +264,24 @@ def test_adjacency_rows_stay_small_and_capacity_resets():
     assert len(t._uni[1]) <= 2
     t.learn(list(range(10, 20)))
     assert len(t) <= 4
+
+
+def test_settings_from_text_and_environment(monkeypatch):
+    from drafting.integrations.vllm import SETTINGS_ENV, SettingsError, parse_settings
+
+    assert parse_settings(None)["spine"] == "goose"
+    s = parse_settings("spine=full, min_path=0.2")
+    assert (s["spine"], s["min_path"], s["chain"]) == ("full", 0.2, 20)
+    for bad in ("spine=tree", "min_path=x", "nope=1", "spine"):
+        with pytest.raises(SettingsError):
+            parse_settings(bad)
+    monkeypatch.setenv(SETTINGS_ENV, "spine=full")
+    p = proposer()
+    assert p.settings["spine"] == "full"
+    # a full spine drafts the whole chain where GOOSE's share would draft part of it
+    row = np.zeros((1, MAX_LEN), dtype=np.int32)
+    seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
+    row[0, : len(seq)] = seq
+    full = p.propose([[3]], np.array([len(seq)]), row)[0]
+    part = proposer(settings="").propose([[3]], np.array([len(seq)]), row)[0]
+    assert full == list(range(4, 12)) and len(part) < len(full) and full[: len(part)] == part

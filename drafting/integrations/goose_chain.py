@@ -49,9 +49,10 @@ class RequestChain:
     TAIL = 4
 
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
-                 min_path: float = 0.3):
+                 min_path: float = 0.3, full_spine: bool = False):
         self.table = table
         self.min_path = min_path
+        self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
         self.matcher = SpineMatcher(chain=chain, chain_max=chain_max)
         self.matcher.reset(tokens)
         table.learn(tokens)
@@ -106,7 +107,7 @@ class RequestChain:
         if limit > 0 and self.matcher.tokens:
             m = self.matcher.spine(extend=True)
             if m.chain:
-                n = spine_length(len(m.chain), m.confidence, m.consensus, self.ema[SPINE], limit)
+                n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
                 draft, src = [int(t) for t in m.chain[:n]], SPINE
             else:
                 toks = self.matcher.tokens

@@ -15,14 +15,45 @@ The custom-class hook is not told request ids, and vLLM moves rows when requests
 recognised by its stream (length, first and last tokens) and its state follows it to its new row. State a
 call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. This module
 does not import vLLM: the class is exercised without it, and only reads the two config fields it needs.
+Its own settings (SETTINGS below) come from the environment variable GOOSE_VLLM_SETTINGS, e.g.
+``spine=full,min_path=0.2``, which vLLM's engine and worker processes inherit.
 """
 
 from __future__ import annotations
+
+import os
 
 from .goose_chain import SPINE, TABLE, RequestChain
 from .token_adjacency import TokenAdjacency
 
 CLASS_PATH = "drafting.integrations.vllm.GooseProposer"
+SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom proposer's own settings
+SETTINGS = {  # name: (default, type, help)
+    "spine": ("goose", str, "goose = GOOSE's spine share of k from EMA and confidence; full = the whole chain up to k"),
+    "min_path": (0.3, float, "an adjacency chain stops when the product of its successors' shares falls below this"),
+    "chain": (20, int, "context chain length before extension"),
+    "chain_max": (100, int, "longest extended context chain"),
+}
+
+
+class SettingsError(ValueError):
+    """A GooseProposer setting that cannot be used; one sentence."""
+
+
+def parse_settings(text: str | None) -> dict:
+    """``spine=full,min_path=0.2`` -> settings over the defaults."""
+    out = {name: default for name, (default, _, _) in SETTINGS.items()}
+    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+        name, _, value = item.partition("=")
+        if name not in SETTINGS or not value:
+            raise SettingsError(f"GooseProposer setting {item!r} is not NAME=VALUE with NAME one of {', '.join(SETTINGS)}.")
+        try:
+            out[name] = SETTINGS[name][1](value)
+        except ValueError:
+            raise SettingsError(f"GooseProposer setting {name} needs a {SETTINGS[name][1].__name__}, not {value!r}.") from None
+    if out["spine"] not in ("goose", "full"):
+        raise SettingsError(f"GooseProposer setting spine must be goose or full, not {out['spine']!r}.")
+    return out
 
 _SHARED_TABLE: TokenAdjacency | None = None
 
@@ -44,7 +75,7 @@ class GooseProposer:
     """Batched GOOSE chain proposer for vLLM's ``custom_class`` speculative method."""
 
     def __init__(self, vllm_config=None, *, num_speculative_tokens: int | None = None,
-                 max_model_len: int | None = None, table: TokenAdjacency | None = None):
+                 max_model_len: int | None = None, table: TokenAdjacency | None = None, settings: str | None = None):
         spec = getattr(vllm_config, "speculative_config", None)
         model = getattr(vllm_config, "model_config", None)
         k = num_speculative_tokens if num_speculative_tokens is not None else getattr(spec, "num_speculative_tokens", None)
@@ -56,6 +87,10 @@ class GooseProposer:
         self.k = int(k)
         self.max_model_len = int(length)
         self.table = table if table is not None else shared_table()
+        s = parse_settings(settings if settings is not None else os.environ.get(SETTINGS_ENV))
+        self.settings = s
+        self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
+                            "full_spine": s["spine"] == "full"}
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
 
     # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load
@@ -94,7 +129,7 @@ class GooseProposer:
                 drafts.append([])
                 continue
             if state is None:
-                state = RequestChain(_ints(row[:n]), self.table)
+                state = RequestChain(_ints(row[:n]), self.table, **self._chain_args)
             else:
                 state.advance(_ints(row[n - new : n]))
             claimed.add(id(state))

@@ -23,6 +23,7 @@ from ..model import ModelError
 from ..prompt_file import PromptFileError, read_prompts
 from . import goose_reference
 from .goose_reference import GooseReferenceError
+from .vllm import SETTINGS_ENV
 from .vllm_runs import MethodError, method_config, unavailable
 
 DEFAULT_METHODS = "none,ngram,ngram:5,suffix,goose"
@@ -65,11 +66,15 @@ def run_one(method: str, spec: dict, log: Path) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out = Path(tmp) / "spec.json", Path(tmp) / "rows.jsonl"
         spec_path.write_text(json.dumps({**spec, "method": method, "out": str(out)}))
+        env = os.environ.copy()
+        env.pop(SETTINGS_ENV, None)  # plain goose means the defaults
+        if method.startswith("goose:"):
+            env[SETTINGS_ENV] = method.split(":", 1)[1]  # vLLM's engine processes inherit it
         with open(log, "a", encoding="utf-8") as fh:
             fh.write(f"\n==== {method}\n")
             fh.flush()
             proc = subprocess.run([sys.executable, "-m", "drafting.integrations.vllm_runs", str(spec_path)],
-                                  stdout=fh, stderr=subprocess.STDOUT, env=os.environ.copy())
+                                  stdout=fh, stderr=subprocess.STDOUT, env=env)
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if proc.returncode != 0 and len(rows) < len(spec["prompts"]):
         raise BenchError(f"vLLM failed on method {method!r} (exit {proc.returncode}); its log is {log}.")
@@ -146,7 +151,8 @@ def parse_args(argv):
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn")
     ap.add_argument("--methods", default=DEFAULT_METHODS,
                     help="comma-separated: none, ngram (vLLM's defaults), ngram:MAX (lookup 2..MAX), "
-                         "ngram:MIN-MAX, suffix, goose; none is always run first")
+                         "ngram:MIN-MAX, suffix, goose, goose:SETTINGS (e.g. goose:spine=full,min_path=0.2); "
+                         "none is always run first")
     ap.add_argument("--num-speculative-tokens", type=int, default=8, help="vLLM's draft limit k for every method")
     ap.add_argument("--max-model-len", type=int, default=4096, help="vLLM's context length")
     ap.add_argument("--limit", type=int, help="use only the first N prompts")

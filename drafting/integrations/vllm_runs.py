@@ -12,7 +12,7 @@ import sys
 import time
 
 from ..prompting import decode, encode
-from .vllm import speculative_config as goose_config
+from .vllm import SettingsError, parse_settings, speculative_config as goose_config
 
 NGRAM_MIN = 2  # ngram:N tunes prompt_lookup_max to N and matches down to bigrams
 
@@ -26,6 +26,12 @@ def method_config(method: str, k: int) -> dict | None:
     if method == "none":
         return None
     if method == "goose":
+        return goose_config(k)
+    if method.startswith("goose:"):
+        try:
+            parse_settings(method.split(":", 1)[1])
+        except SettingsError as exc:
+            raise MethodError(str(exc)) from None
         return goose_config(k)
     if method == "suffix":
         return {"method": "suffix", "num_speculative_tokens": k}
@@ -42,7 +48,8 @@ def method_config(method: str, k: int) -> dict | None:
         if not 1 <= lo_n <= hi_n:
             raise MethodError(f"{method!r} needs 1 <= MIN <= MAX.")
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": lo_n, "prompt_lookup_max": hi_n}
-    raise MethodError(f"Unknown method {method!r}; use none, ngram, ngram:MAX, ngram:MIN-MAX, suffix or goose.")
+    raise MethodError(f"Unknown method {method!r}; use none, ngram, ngram:MAX, ngram:MIN-MAX, suffix, goose or "
+                      "goose:SETTINGS.")
 
 
 def unavailable(method: str) -> str | None:
