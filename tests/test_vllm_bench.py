@@ -69,7 +69,7 @@ def test_goose_proposer_in_vllm_is_lossless_and_drafts(tmp_path):
     lines = [
         {"id": "code", "prompt": "Write a Python function is_even(n), then write is_odd(n) the same way."},
         {"id": "list", "prompt": "List the numbers from one to twelve in words, one per line."},
-        {"id": "chat", "turns": ["Name a colour.", "Now name it again, in capitals."]},
+        {"id": "chat", "prompt": "Name a colour.", "turns": ["Name a colour.", "Now name it again, in capitals."]},
     ]
     prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "r.json"
