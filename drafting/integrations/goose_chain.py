@@ -1,0 +1,119 @@
+"""One request's GOOSE chain drafter for engines that verify chains, not trees (vLLM's non-EAGLE methods).
+
+The chain is GOOSE's spine: the context matcher's continuation (n-grams 5/4/3, consensus, confidence, chain
+extension past 20 tokens when confident). Its length is the spine share GOOSE would give it, from the
+spine-acceptance EMA tiers pulled towards the full chain by confidence, applied to the engine's draft limit;
+a consensus match is drafted whole (GOOSE's bypass). Where the context has no match, the chain is walked
+through the token-id adjacency table instead, its length bounded by that source's own acceptance EMA.
+Acceptance is read from what the engine committed since the previous proposal.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..sources.context import SpineMatcher
+from ..speculators.goose import EMA_ALPHA, base_ratio
+from .token_adjacency import TokenAdjacency
+
+SPINE = "spine"
+TABLE = "table"
+
+
+def spine_length(chain_len: int, confidence: float, consensus: bool, ema: float, limit: int) -> int:
+    """Tokens of the context chain to draft: all of it (up to ``limit``) on consensus, else the GOOSE spine
+    ratio base(EMA) + conf * (1 - base) of ``limit``, at least one token."""
+    if chain_len <= 0 or limit <= 0:
+        return 0
+    if consensus:
+        return min(chain_len, limit)
+    b = base_ratio(ema)
+    return min(chain_len, max(1, math.floor(limit * (b + confidence * (1 - b)))))
+
+
+def table_length(ema: float, limit: int) -> int:
+    """Tokens of an adjacency chain to try: the EMA tier's share of ``limit``, at least one."""
+    return max(1, math.floor(limit * base_ratio(ema))) if limit > 0 else 0
+
+
+def table_floor(ema: float, min_path: float) -> float:
+    """The path share an adjacency chain must keep: doubled while that source is mostly rejected, so a
+    request whose table drafts keep failing pays for a draft only on transitions seen more than once."""
+    return min(0.95, 2 * min_path) if ema < 0.2 else min_path
+
+
+class RequestChain:
+    """Drafting state of one request: its token stream, matcher and acceptance EMAs."""
+
+    HEAD = 16  # tokens that, with the length and the last TAIL tokens, recognise the request in a batch row
+    TAIL = 4
+
+    def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
+                 min_path: float = 0.3, full_spine: bool = False):
+        self.table = table
+        self.min_path = min_path
+        self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
+        self.matcher = SpineMatcher(chain=chain, chain_max=chain_max)
+        self.matcher.reset(tokens)
+        table.learn(tokens)
+        self.head = tuple(tokens[: self.HEAD])
+        self.ema = {SPINE: 0.5, TABLE: 0.5}
+        self.last_draft: list[int] = []
+        self.last_source = ""
+        self.drafted = {SPINE: 0, TABLE: 0}
+        self.accepted = {SPINE: 0, TABLE: 0}
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.matcher.tokens
+
+    def __len__(self) -> int:
+        return len(self.matcher.tokens)
+
+    def same_request(self, row, known: int) -> bool:
+        """Whether a batch row whose first ``known`` tokens were known last call is this request."""
+        toks = self.matcher.tokens
+        if known != len(toks):
+            return False
+        if tuple(int(t) for t in row[: min(self.HEAD, known)]) != self.head:
+            return False
+        tail = max(0, known - self.TAIL)
+        return [int(t) for t in row[tail:known]] == toks[tail:]
+
+    def advance(self, committed: list[int]) -> int:
+        """Take the tokens the engine committed since the last call (accepted drafts + its own token); returns
+        how many of the last draft were accepted, and moves that source's EMA."""
+        got = 0
+        draft = self.last_draft
+        while got < len(draft) and got < len(committed) - 1 and committed[got] == draft[got]:
+            got += 1
+        if draft:
+            src = self.last_source
+            self.ema[src] = (1 - EMA_ALPHA) * self.ema[src] + EMA_ALPHA * (got / len(draft))
+            self.drafted[src] += len(draft)
+            self.accepted[src] += got
+        toks = self.matcher.tokens
+        prev = toks[-1] if toks else -1
+        prev2 = toks[-2] if len(toks) > 1 else -1
+        self.table.learn(committed, prev, prev2)
+        self.matcher.extend(committed)
+        self.last_draft, self.last_source = [], ""
+        return got
+
+    def propose(self, limit: int) -> list[int]:
+        """A chain of at most ``limit`` tokens (possibly empty) to follow the stream."""
+        draft: list[int] = []
+        src = ""
+        if limit > 0 and self.matcher.tokens:
+            m = self.matcher.spine(extend=True)
+            if m.chain:
+                n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
+                draft, src = [int(t) for t in m.chain[:n]], SPINE
+            else:
+                toks = self.matcher.tokens
+                prev = toks[-2] if len(toks) > 1 else -1
+                ema = self.ema[TABLE]
+                draft = self.table.chain(prev, toks[-1], table_length(ema, limit), table_floor(ema, self.min_path))
+                src = TABLE
+        self.last_draft, self.last_source = draft, (src if draft else "")
+        return draft

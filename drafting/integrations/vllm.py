@@ -1,0 +1,159 @@
+"""GOOSE as a vLLM speculative proposer (``method: custom_class``).
+
+    LLM(model, speculative_config={"method": "custom_class",
+                                   "model": "drafting.integrations.vllm.GooseProposer",
+                                   "num_speculative_tokens": 8})
+
+vLLM builds ``GooseProposer(vllm_config)`` in each worker and, after every step, calls
+``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)`` once for the whole batch: row i of
+``token_ids_cpu`` holds request i's prompt and output, its first ``num_tokens_no_spec[i]`` entries committed
+(this step's ``sampled_token_ids[i]`` included: the accepted drafts plus the engine's own token; empty while
+the request is still in a partial prefill). It returns one chain per row, possibly empty; vLLM verifies
+chains losslessly, so a wrong draft costs time, never output.
+
+The custom-class hook is not told request ids, and vLLM moves rows when requests finish, so a request is
+recognised by its stream (length, first and last tokens) and its state follows it to its new row. State a
+call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. This module
+does not import vLLM: the class is exercised without it, and only reads the two config fields it needs.
+Its own settings (SETTINGS below) come from the environment variable GOOSE_VLLM_SETTINGS, e.g.
+``spine=full,min_path=0.2``, which vLLM's engine and worker processes inherit.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .goose_chain import SPINE, TABLE, RequestChain
+from .token_adjacency import TokenAdjacency
+
+CLASS_PATH = "drafting.integrations.vllm.GooseProposer"
+SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom proposer's own settings
+SETTINGS = {  # name: (default, type, help)
+    "spine": ("goose", str, "goose = GOOSE's spine share of k from EMA and confidence; full = the whole chain up to k"),
+    "min_path": (0.3, float, "an adjacency chain stops when the product of its successors' shares falls below this"),
+    "chain": (20, int, "context chain length before extension"),
+    "chain_max": (100, int, "longest extended context chain"),
+}
+
+
+class SettingsError(ValueError):
+    """A GooseProposer setting that cannot be used; one sentence."""
+
+
+def parse_settings(text: str | None) -> dict:
+    """``spine=full,min_path=0.2`` -> settings over the defaults."""
+    out = {name: default for name, (default, _, _) in SETTINGS.items()}
+    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+        name, _, value = item.partition("=")
+        if name not in SETTINGS or not value:
+            raise SettingsError(f"GooseProposer setting {item!r} is not NAME=VALUE with NAME one of {', '.join(SETTINGS)}.")
+        try:
+            out[name] = SETTINGS[name][1](value)
+        except ValueError:
+            raise SettingsError(f"GooseProposer setting {name} needs a {SETTINGS[name][1].__name__}, not {value!r}.") from None
+    if out["spine"] not in ("goose", "full"):
+        raise SettingsError(f"GooseProposer setting spine must be goose or full, not {out['spine']!r}.")
+    return out
+
+_SHARED_TABLE: TokenAdjacency | None = None
+
+
+def shared_table() -> TokenAdjacency:
+    """The process-wide adjacency table: every request learns into it and drafts from it (hot start)."""
+    global _SHARED_TABLE
+    if _SHARED_TABLE is None:
+        _SHARED_TABLE = TokenAdjacency()
+    return _SHARED_TABLE
+
+
+def speculative_config(num_speculative_tokens: int = 8) -> dict:
+    """The ``speculative_config`` that makes vLLM draft with GooseProposer."""
+    return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": int(num_speculative_tokens)}
+
+
+class GooseProposer:
+    """Batched GOOSE chain proposer for vLLM's ``custom_class`` speculative method."""
+
+    def __init__(self, vllm_config=None, *, num_speculative_tokens: int | None = None,
+                 max_model_len: int | None = None, table: TokenAdjacency | None = None, settings: str | None = None):
+        spec = getattr(vllm_config, "speculative_config", None)
+        model = getattr(vllm_config, "model_config", None)
+        k = num_speculative_tokens if num_speculative_tokens is not None else getattr(spec, "num_speculative_tokens", None)
+        length = max_model_len if max_model_len is not None else getattr(model, "max_model_len", None)
+        if not k or int(k) < 1:
+            raise ValueError("GooseProposer needs num_speculative_tokens >= 1 in the speculative config.")
+        if not length or int(length) < 2:
+            raise ValueError("GooseProposer needs the model's max_model_len to be at least 2.")
+        self.k = int(k)
+        self.max_model_len = int(length)
+        self.table = table if table is not None else shared_table()
+        s = parse_settings(settings if settings is not None else os.environ.get(SETTINGS_ENV))
+        self.settings = s
+        self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
+                            "full_spine": s["spine"] == "full"}
+        self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
+
+    # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load
+    def load_model(self, *args, **kwargs) -> None:
+        return None
+
+    @property
+    def active(self) -> int:
+        """Requests whose state is held."""
+        return len(self._rows)
+
+    def stats(self) -> dict:
+        """Tokens drafted and accepted per source over the requests held now."""
+        out = {f"{s}_{w}": 0 for s in (SPINE, TABLE) for w in ("drafted", "accepted")}
+        for st in self._rows.values():
+            for s in (SPINE, TABLE):
+                out[f"{s}_drafted"] += st.drafted[s]
+                out[f"{s}_accepted"] += st.accepted[s]
+        return out
+
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
+                **_unused) -> list[list[int]]:
+        """One draft chain (a list of token ids, maybe empty) per row of the batch."""
+        previous = self._rows
+        claimed: set[int] = set()
+        rows: dict[int, RequestChain] = {}
+        drafts: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            n = int(num_tokens_no_spec[i])
+            new = len(sampled) if sampled else 0
+            row = token_ids_cpu[i]
+            state = self._find(previous, claimed, i, row, n - new)
+            if not new:  # partial prefill (or nothing committed): keep what we know, draft nothing
+                if state is not None:
+                    rows[i] = state
+                drafts.append([])
+                continue
+            if state is None:
+                state = RequestChain(_ints(row[:n]), self.table, **self._chain_args)
+            else:
+                state.advance(_ints(row[n - new : n]))
+            claimed.add(id(state))
+            rows[i] = state
+            # the engine places this step's token at n - 1; drafts must leave room for its bonus token
+            limit = min(self.k, self.max_model_len - n - 1)
+            drafts.append(state.propose(limit) if limit > 0 else [])
+        self._rows = rows  # requests no row matched have finished or left the batch: their state goes
+        return drafts
+
+    @staticmethod
+    def _find(previous: dict[int, RequestChain], claimed: set[int], i: int, row, known: int):
+        """The state of the request now in row ``i``: the same row as last call, else any moved one."""
+        state = previous.get(i)
+        if state is not None and id(state) not in claimed and state.same_request(row, known):
+            claimed.add(id(state))
+            return state
+        for state in previous.values():
+            if id(state) not in claimed and state.same_request(row, known):
+                claimed.add(id(state))
+                return state
+        return None
+
+
+def _ints(seq) -> list[int]:
+    """Plain ints from a numpy row slice (or any sequence)."""
+    return seq.tolist() if hasattr(seq, "tolist") else [int(t) for t in seq]

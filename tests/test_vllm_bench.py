@@ -1,0 +1,117 @@
+"""vllm_bench: its method names, comparisons and summary (always), and GooseProposer inside a real vLLM engine
+against vLLM without speculation (only where vLLM is importable: run it with .venv-vllm/bin/python)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from drafting.integrations.vllm_bench import (BenchError, bench, check_model_folder, first_divergence, main,
+                                              parse_args, summarize)
+from drafting.integrations.vllm_runs import MethodError, method_config
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def test_method_names_map_to_vllm_configs():
+    assert method_config("none", 8) is None
+    assert method_config("ngram", 8) == {"method": "ngram", "num_speculative_tokens": 8}
+    assert method_config("ngram:5", 8)["prompt_lookup_min"] == 2
+    assert method_config("ngram:3-4", 8)["prompt_lookup_max"] == 4
+    assert method_config("ngram:1", 8)["prompt_lookup_min"] == 1
+    assert method_config("goose", 6)["model"] == "drafting.integrations.vllm.GooseProposer"
+    assert method_config("suffix", 8)["method"] == "suffix"
+    assert method_config("goose:spine=full", 8)["model"].endswith("GooseProposer")
+    for bad in ("eagle", "ngram:x", "ngram:5-2", "ngram:0", "goose:spine=tree"):
+        with pytest.raises(MethodError):
+            method_config(bad, 8)
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def test_summary_counts_identical_and_acceptance_length():
+    runs = [
+        {"method": "none", "new_tokens": 10, "wall_s": 2.0, "drafts": 0, "accepted": 0, "identical": True},
+        {"method": "none", "new_tokens": 10, "wall_s": 2.0, "drafts": 0, "accepted": 0, "identical": True},
+        {"method": "goose", "new_tokens": 10, "wall_s": 1.0, "drafts": 4, "accepted": 6, "identical": True},
+        {"method": "goose", "new_tokens": 10, "wall_s": 1.0, "drafts": 0, "accepted": 0, "identical": False},
+    ]
+    s = summarize(runs, ["none", "goose"])
+    assert s["none"]["tokens_per_s"] == 5.0 and s["none"]["mean_acceptance_length"] is None
+    assert s["goose"] == {**s["goose"], "tokens_per_s": 10.0, "mean_acceptance_length": 2.5, "identical": 1,
+                          "prompts": 2, "speedup": 2.0}
+
+
+def test_a_folder_vllm_cannot_read_is_refused_in_one_sentence(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": None}))
+    with pytest.raises(BenchError, match="architectures"):
+        check_model_folder(str(tmp_path))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    assert main([str(prompts), "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert main([str(prompts), "--model", str(tmp_path), "--methods", "none,eagle"]) == 2
+    assert main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here (make vllm-setup; run with .venv-vllm/bin/python)")
+def test_goose_proposer_in_vllm_is_lossless_and_drafts(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    lines = [
+        {"id": "code", "prompt": "Write a Python function is_even(n), then write is_odd(n) the same way."},
+        {"id": "list", "prompt": "List the numbers from one to twelve in words, one per line."},
+        {"id": "chat", "prompt": "Name a colour.", "turns": ["Name a colour.", "Now name it again, in capitals."]},
+    ]
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "r.json"
+    args = ["--methods", "none,goose", "--max-new-tokens", "40", "--json", str(out), "--max-model-len", "1024"]
+    if os.environ.get("GOOSE_VLLM_MODEL"):
+        args += ["--model", os.environ["GOOSE_VLLM_MODEL"]]
+    result = bench(parse_args([str(prompts)] + args))
+    assert json.loads(out.read_text())["summary"].keys() == {"none", "goose"}
+    runs = {(r["method"], r["id"]): r for r in result["runs"]}
+    for x in lines:
+        plain, goose = runs[("none", x["id"])], runs[("goose", x["id"])]
+        assert plain["new_tokens"] > 0
+        assert len(set(plain["output_ids"])) > 3  # a model read wrongly repeats one token
+        assert goose["output_ids"] == plain["output_ids"]
+    s = result["summary"]["goose"]
+    assert s["identical"] == s["prompts"] == 3
+    assert s["mean_acceptance_length"] is not None and s["mean_acceptance_length"] > 1.0
+
+
+def test_goose_bench_reference_comparison(tmp_path):
+    from drafting.integrations.goose_reference import GooseReferenceError, compare, eos_ids, load
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    assert eos_ids(str(tmp_path)) == {2}
+    goose = [
+        {"prompt_id": "a", "speculator": "ar", "output_ids": [5, 6, 7], "new_tokens": 3, "wall_s": 1.0},
+        {"prompt_id": "b", "speculator": "ar", "output_ids": [5, 6, 7], "new_tokens": 3, "wall_s": 1.0,
+         "margins": [3.0, 0.01, 2.0]},
+        {"prompt_id": "a", "speculator": "goose", "output_ids": [5, 6, 7], "new_tokens": 3, "wall_s": 0.5},
+    ]
+    vllm_none = [{"id": "a", "output_ids": [5, 6, 7, 2]},  # vLLM keeps the EOS it stopped on
+                 {"id": "b", "output_ids": [5, 9, 7]},
+                 {"id": "c", "output_ids": [1]}]
+    got = compare(vllm_none, goose, {2})
+    assert (got["identical"], got["prompts"]) == (1, 2)
+    b = got["none_vs_goose_ar"][1]
+    assert (b["first_divergence"], b["goose_margin"]) == (1, 0.01)
+    assert got["goose_bench"]["ar"] == {"tokens_per_s": 3.0, "prompts": 2}
+    assert got["goose_bench"]["goose"]["tokens_per_s"] == 6.0
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"runs": goose}))
+    assert load(str(path)) == goose
+    path.write_text(json.dumps({"runs": []}))
+    with pytest.raises(GooseReferenceError, match="ar runs"):
+        load(str(path))
