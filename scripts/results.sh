@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Regenerate the README's results tables: one `goose bench` run per model, then each table from its JSON
+# (scripts/results.py). Run it alone on an idle machine: another CPU-heavy process skews every figure.
+# An interrupted run resumes where it stopped (--resume); delete results/ to start afresh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GOOSE=${GOOSE:-.venv/bin/goose}
+PY=${PY:-.venv/bin/python}
+PROMPTS=${PROMPTS:-examples/mixed_small.jsonl}
+mkdir -p results
+
+run() {  # block name, JSON file, then the bench arguments
+  local block=$1 json=$2; shift 2
+  local cmd="goose bench $PROMPTS $* --json $json"
+  echo "== $cmd" >&2
+  "$GOOSE" bench "$PROMPTS" "$@" --json "$json" --resume
+  "$PY" scripts/results.py "$json" --into README.md --block "$block" --command "$cmd"
+}
+
+case "${1:-all}" in
+  smollm2|all) run smollm2 results/smollm2.json -s hf-ar,pld,hf-pld,goose -n 128 ;;&
+  gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;
+  smollm2) ;;
+  *) echo "usage: scripts/results.sh [all|smollm2|gemma3]" >&2; exit 2 ;;
+esac
