@@ -70,7 +70,10 @@ class Decoder:
         self.record_top = record_top
         self.record_margins = record_margins  # how close each emitted token was to a tie (low-precision exactness)
         self.static_shapes = static_shapes  # opt-in fixed step shapes (drafting.static_shapes); None = dynamic
-        self.forward = StaticForward.shared(lm, static_shapes) if static_shapes else Forward(lm.model, lm.dtype, lm.device)
+        if static_shapes:
+            self.forward = StaticForward.shared(lm, static_shapes)
+        else:
+            self.forward = Forward(lm.model, lm.dtype, lm.device)
         self.max_context = self.forward.context if static_shapes else lm.max_context  # a static cache may be shorter
         self.clock = PhaseClock.for_model(lm.model)
         self.result: GenerationResult | None = None

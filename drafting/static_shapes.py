@@ -189,8 +189,9 @@ class StaticForward(Forward):
         mask.fill_(low)
         mask[0, 0, :n, :prefix] = 0
         if block is None:  # a chain: causal within the step
-            mask[0, 0, :n, prefix : prefix + n] = torch.zeros((n, n), dtype=self.dtype, device=self.device).masked_fill_(
-                torch.ones((n, n), dtype=torch.bool, device=self.device).triu_(1), low)
+            later = torch.ones((n, n), dtype=torch.bool, device=self.device).triu_(1)
+            mask[0, 0, :n, prefix : prefix + n] = 0
+            mask[0, 0, :n, prefix : prefix + n].masked_fill_(later, low)
         else:
             mask[0, 0, :n, prefix : prefix + n] = block[0, 0, :, prefix:]
         pad = torch.arange(n, b, device=self.device)

@@ -125,7 +125,8 @@ def _free(device: torch.device) -> None:
 
 def table(rows: list[dict]) -> str:
     head = ("check", "setting", "result", "", "step s")
-    body = [(r["name"], r["setting"], r["figures"], "skip" if r.get("skipped") else "ok" if r["ok"] else "FAIL", f"{r['seconds']:.0f}") for r in rows]
+    verdict = lambda r: "skip" if r.get("skipped") else "ok" if r["ok"] else "FAIL"  # noqa: E731
+    body = [(r["name"], r["setting"], r["figures"], verdict(r), f"{r['seconds']:.0f}") for r in rows]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([line(head), "-+-".join("-" * w for w in widths), *map(line, body)])

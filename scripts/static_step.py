@@ -32,8 +32,8 @@ def static_identity(lm, specs: list[str], prompts: list[list[int]], new_tokens: 
             same += a.output_ids == b.output_ids
             tokens += len(a.output_ids)
         ok = ok and same == len(prompts)
-        per_spec[spec] = {"identical": same, "tokens": tokens,
-                          "dynamic_tokens_per_s": tokens / walls["dynamic"], "static_tokens_per_s": tokens / walls["static"]}
+        per_spec[spec] = {"identical": same, "tokens": tokens, "dynamic_tokens_per_s": tokens / walls["dynamic"],
+                          "static_tokens_per_s": tokens / walls["static"]}
     mode = "compiled (reduce-overhead)" if compile else "eager"
     figures = "; ".join(f"{s} {v['identical']}/{len(prompts)} same, {v['dynamic_tokens_per_s']:.0f} -> "
                         f"{v['static_tokens_per_s']:.0f} tok/s" for s, v in per_spec.items())
