@@ -151,7 +151,7 @@ def parse_args(argv):
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn")
     ap.add_argument("--methods", default=DEFAULT_METHODS,
                     help="comma-separated: none, ngram (vLLM's defaults), ngram:MAX (lookup 2..MAX), "
-                         "ngram:MIN-MAX, suffix, goose, goose:SETTINGS (e.g. goose:spine=full,min_path=0.2); "
+                         "ngram:MIN-MAX, suffix, goose, goose:SETTINGS (e.g. goose:spine=full+ngram_min=2); "
                          "none is always run first")
     ap.add_argument("--num-speculative-tokens", type=int, default=8, help="vLLM's draft limit k for every method")
     ap.add_argument("--max-model-len", type=int, default=4096, help="vLLM's context length")
