@@ -124,7 +124,7 @@ def render(result: dict) -> None:
     else:
         table = Table(title=title)
         for c in cols:
-            table.add_column(c, justify="left" if c in ("method", "first divergences") else "right")
+            table.add_column(c, justify="left" if c in ("method", "first divergences") else "right", overflow="fold")
         for row in lines:
             table.add_row(*row)
         Console().print(table)
@@ -135,7 +135,10 @@ def render(result: dict) -> None:
         speeds = ", ".join(f"{k} {_fmt(v['tokens_per_s'], 1)} tok/s" for k, v in ref["goose_bench"].items())
         print(f"vLLM none vs goose bench ar: {ref['identical']}/{ref['prompts']} identical; goose bench: {speeds}")
         for r in ref["none_vs_goose_ar"]:
-            if not r["identical"]:
+            if r.get("length_only"):
+                print(f"  {r['id']}: the same up to token {r['first_divergence']}, where one output stops "
+                      "(another --max-new-tokens, or an end of sequence)")
+            elif not r["identical"]:
                 print(f"  {r['id']}: first divergence at token {r['first_divergence']} "
                       f"(goose ar top-2 margin there: {_fmt(r['goose_margin'], 4)})")
 
