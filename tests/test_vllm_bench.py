@@ -60,6 +60,10 @@ def test_a_folder_vllm_cannot_read_is_refused_in_one_sentence(tmp_path, capsys):
     assert err.startswith("error: ") and err.count("\n") == 1
     assert main([str(prompts), "--model", str(tmp_path), "--methods", "none,eagle"]) == 2
     assert main([str(tmp_path / "missing.jsonl")]) == 2
+    if not HAS_VLLM:
+        capsys.readouterr()
+        assert main([str(prompts)]) == 2
+        assert "make vllm-setup" in capsys.readouterr().err
 
 
 @pytest.mark.slow

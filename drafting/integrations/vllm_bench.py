@@ -12,6 +12,7 @@ position where it differs); tokens/s is new tokens over generation wall time; th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -175,6 +176,10 @@ def bench(args) -> dict:
     for m in methods:
         method_config(m, args.num_speculative_tokens)  # raises MethodError on a bad name
     goose_runs = goose_reference.load(args.against) if args.against else None
+    if args.model:
+        check_model_folder(args.model)
+    if importlib.util.find_spec("vllm") is None:
+        raise BenchError("vLLM is not installed in this Python; run `make vllm-setup` and use .venv-vllm/bin/python.")
     model = args.model or default_model()
     check_model_folder(model)
     log = Path(args.log) if args.log else Path(tempfile.mkstemp(prefix="vllm-bench-", suffix=".log")[1])
