@@ -60,6 +60,10 @@ def test_a_folder_vllm_cannot_read_is_refused_in_one_sentence(tmp_path, capsys):
     assert err.startswith("error: ") and err.count("\n") == 1
     assert main([str(prompts), "--model", str(tmp_path), "--methods", "none,eagle"]) == 2
     assert main([str(tmp_path / "missing.jsonl")]) == 2
+    if not HAS_VLLM:
+        capsys.readouterr()
+        assert main([str(prompts)]) == 2
+        assert "make vllm-setup" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -106,7 +110,9 @@ def test_goose_bench_reference_comparison(tmp_path):
     got = compare(vllm_none, goose, {2})
     assert (got["identical"], got["prompts"]) == (1, 2)
     b = got["none_vs_goose_ar"][1]
-    assert (b["first_divergence"], b["goose_margin"]) == (1, 0.01)
+    assert (b["first_divergence"], b["goose_margin"], b["length_only"]) == (1, 0.01, False)
+    short = compare([{"id": "a", "output_ids": [5, 6]}], goose, {2})["none_vs_goose_ar"][0]
+    assert (short["first_divergence"], short["length_only"], short["goose_margin"]) == (2, True, None)
     assert got["goose_bench"]["ar"] == {"tokens_per_s": 3.0, "prompts": 2}
     assert got["goose_bench"]["goose"]["tokens_per_s"] == 6.0
     path = tmp_path / "g.json"

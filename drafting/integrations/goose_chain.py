@@ -49,11 +49,11 @@ class RequestChain:
     TAIL = 4
 
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
-                 min_path: float = 0.3, full_spine: bool = False):
+                 min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3)):
         self.table = table
         self.min_path = min_path
         self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
-        self.matcher = SpineMatcher(chain=chain, chain_max=chain_max)
+        self.matcher = SpineMatcher(ngram_sizes=ngram_sizes, chain=chain, chain_max=chain_max)
         self.matcher.reset(tokens)
         table.learn(tokens)
         self.head = tuple(tokens[: self.HEAD])

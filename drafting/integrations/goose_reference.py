@@ -54,8 +54,9 @@ def compare(vllm_none: list[dict], goose_runs: list[dict], eos: set[int]) -> dic
         n = min(len(a), len(b))
         div = next((i for i in range(n) if a[i] != b[i]), None if len(a) == len(b) else n)
         margins = ref.get("margins") or []
-        rows.append({"id": run["id"], "identical": div is None, "first_divergence": div,
-                     "goose_margin": margins[div] if div is not None and div < len(margins) else None})
+        length_only = div is not None and div == n  # one stopped earlier: another token limit, or an EOS
+        rows.append({"id": run["id"], "identical": div is None, "first_divergence": div, "length_only": length_only,
+                     "goose_margin": margins[div] if div is not None and div < len(margins) and not length_only else None})
     ids = {r["id"] for r in rows}
     speeds = {}
     for spec in sorted({r.get("speculator") for r in goose_runs if r.get("prompt_id") in ids} - {None}):

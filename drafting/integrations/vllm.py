@@ -31,6 +31,7 @@ SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom 
 SETTINGS = {  # name: (default, type, help)
     "spine": ("goose", str, "goose = GOOSE's spine share of k from EMA and confidence; full = the whole chain up to k"),
     "min_path": (0.3, float, "an adjacency chain stops when the product of its successors' shares falls below this"),
+    "ngram_min": (3, int, "shortest context n-gram matched (GOOSE: 5, 4, 3; 2 also matches bigrams)"),
     "chain": (20, int, "context chain length before extension"),
     "chain_max": (100, int, "longest extended context chain"),
 }
@@ -41,9 +42,9 @@ class SettingsError(ValueError):
 
 
 def parse_settings(text: str | None) -> dict:
-    """``spine=full,min_path=0.2`` -> settings over the defaults."""
+    """``spine=full,min_path=0.2`` (or ``+`` between items) -> settings over the defaults."""
     out = {name: default for name, (default, _, _) in SETTINGS.items()}
-    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+    for item in filter(None, (x.strip() for x in (text or "").replace("+", ",").split(","))):
         name, _, value = item.partition("=")
         if name not in SETTINGS or not value:
             raise SettingsError(f"GooseProposer setting {item!r} is not NAME=VALUE with NAME one of {', '.join(SETTINGS)}.")
@@ -51,6 +52,8 @@ def parse_settings(text: str | None) -> dict:
             out[name] = SETTINGS[name][1](value)
         except ValueError:
             raise SettingsError(f"GooseProposer setting {name} needs a {SETTINGS[name][1].__name__}, not {value!r}.") from None
+    if not 1 <= out["ngram_min"] <= 5:
+        raise SettingsError(f"GooseProposer setting ngram_min must be 1 to 5, not {out['ngram_min']}.")
     if out["spine"] not in ("goose", "full"):
         raise SettingsError(f"GooseProposer setting spine must be goose or full, not {out['spine']!r}.")
     return out
@@ -90,7 +93,8 @@ class GooseProposer:
         s = parse_settings(settings if settings is not None else os.environ.get(SETTINGS_ENV))
         self.settings = s
         self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
-                            "full_spine": s["spine"] == "full"}
+                            "full_spine": s["spine"] == "full",
+                            "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1))}
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
 
     # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load

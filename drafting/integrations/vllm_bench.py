@@ -12,6 +12,7 @@ position where it differs); tokens/s is new tokens over generation wall time; th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -124,7 +125,7 @@ def render(result: dict) -> None:
     else:
         table = Table(title=title)
         for c in cols:
-            table.add_column(c, justify="left" if c in ("method", "first divergences") else "right")
+            table.add_column(c, justify="left" if c in ("method", "first divergences") else "right", overflow="fold")
         for row in lines:
             table.add_row(*row)
         Console().print(table)
@@ -135,7 +136,10 @@ def render(result: dict) -> None:
         speeds = ", ".join(f"{k} {_fmt(v['tokens_per_s'], 1)} tok/s" for k, v in ref["goose_bench"].items())
         print(f"vLLM none vs goose bench ar: {ref['identical']}/{ref['prompts']} identical; goose bench: {speeds}")
         for r in ref["none_vs_goose_ar"]:
-            if not r["identical"]:
+            if r.get("length_only"):
+                print(f"  {r['id']}: the same up to token {r['first_divergence']}, where one output stops "
+                      "(another --max-new-tokens, or an end of sequence)")
+            elif not r["identical"]:
                 print(f"  {r['id']}: first divergence at token {r['first_divergence']} "
                       f"(goose ar top-2 margin there: {_fmt(r['goose_margin'], 4)})")
 
@@ -151,7 +155,7 @@ def parse_args(argv):
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn")
     ap.add_argument("--methods", default=DEFAULT_METHODS,
                     help="comma-separated: none, ngram (vLLM's defaults), ngram:MAX (lookup 2..MAX), "
-                         "ngram:MIN-MAX, suffix, goose, goose:SETTINGS (e.g. goose:spine=full,min_path=0.2); "
+                         "ngram:MIN-MAX, suffix, goose, goose:SETTINGS (e.g. goose:spine=full+ngram_min=2); "
                          "none is always run first")
     ap.add_argument("--num-speculative-tokens", type=int, default=8, help="vLLM's draft limit k for every method")
     ap.add_argument("--max-model-len", type=int, default=4096, help="vLLM's context length")
@@ -172,6 +176,10 @@ def bench(args) -> dict:
     for m in methods:
         method_config(m, args.num_speculative_tokens)  # raises MethodError on a bad name
     goose_runs = goose_reference.load(args.against) if args.against else None
+    if args.model:
+        check_model_folder(args.model)
+    if importlib.util.find_spec("vllm") is None:
+        raise BenchError("vLLM is not installed in this Python; run `make vllm-setup` and use .venv-vllm/bin/python.")
     model = args.model or default_model()
     check_model_folder(model)
     log = Path(args.log) if args.log else Path(tempfile.mkstemp(prefix="vllm-bench-", suffix=".log")[1])
