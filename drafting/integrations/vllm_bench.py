@@ -105,7 +105,7 @@ def summarize(runs: list[dict], methods: list[str]) -> dict:
 
 
 def render(result: dict) -> None:
-    """The table on the terminal (rich when present, plain text otherwise)."""
+    """The table on the terminal, as aligned plain text."""
     title = (f"vLLM {result['model_name']}, {result['max_new_tokens']} new tokens, greedy, "
              f"one request at a time, k={result['num_speculative_tokens']}")
     cols = ["method", "tok/s", "speedup", "mean accepted length", "identical to none", "first divergences"]
@@ -115,20 +115,14 @@ def render(result: dict) -> None:
                if r["method"] == m and r["first_divergence"] is not None][:3]
         lines.append([m, _fmt(s["tokens_per_s"], 1), _fmt(s["speedup"], 2, "x"),
                       _fmt(s["mean_acceptance_length"], 2), f"{s['identical']}/{s['prompts']}", ", ".join(div) or "-"])
-    try:  # the face is optional: the library itself never needs rich
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(title)
-        for row in [cols] + lines:
-            print("  ".join(f"{c:>22}" for c in row))
-    else:
-        table = Table(title=title)
-        for c in cols:
-            table.add_column(c, justify="left" if c in ("method", "first divergences") else "right", overflow="fold")
-        for row in lines:
-            table.add_row(*row)
-        Console().print(table)
+    # plain text: drafting imports no UI library, and this table is read in logs as often as on a terminal
+    widths = [max(len(str(row[i])) for row in [cols] + lines) for i in range(len(cols))]
+    left = {0, len(cols) - 1}
+    print(title)
+    for k, row in enumerate([cols] + lines):
+        print("  ".join(str(c).ljust(w) if i in left else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
     for m, why in result["skipped"].items():
         print(f"{m}: skipped: {why}")
     ref = result.get("goose")
