@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/goose bench examples/prompts.jsonl --speculators ar,pld,hf-pld --max-new-tokens 64
+	$(BIN)/goose bench examples/prompts.jsonl --speculators hf-ar,pld,goose --max-new-tokens 64
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
