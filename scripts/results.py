@@ -55,6 +55,31 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def vllm_table(doc: dict) -> str:
+    """A `drafting.integrations.vllm_bench --json` file: each method inside vLLM against vLLM without
+    speculation, then (with --against) vLLM's plain output against goose bench's `ar` and goose's speeds."""
+    summary = doc["summary"]
+    base = summary.get("none", {}).get("tokens_per_s") or 0.0
+    ngram = summary.get("ngram", {}).get("tokens_per_s") or 0.0
+    lines = ["| vLLM method | tokens/s | vs no speculation | vs vLLM `ngram` | mean acceptance length | identical to no speculation |",
+             "|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        tps = s.get("tokens_per_s") or 0.0
+        mal = s.get("mean_acceptance_length")
+        lines.append(f"| `{name}` | {tps:.1f} | {_ratio(tps, base)} | {_ratio(tps, ngram)} | "
+                     f"{'–' if mal is None else f'{mal:.2f}'} | {s['identical']}/{s['prompts']} |")
+    for name, why in (doc.get("skipped") or {}).items():
+        lines.append(f"| `{name}` | skipped: {why} | | | | |")
+    ref = doc.get("goose")
+    if ref:
+        speeds = ", ".join(f"`{k}` {v['tokens_per_s']:.1f} tokens/s" for k, v in ref["goose_bench"].items()
+                           if v.get("tokens_per_s"))
+        lines.append("")
+        lines.append(f"vLLM without speculation against `goose bench`'s `ar` on the same prompts: "
+                     f"{ref['identical']}/{ref['prompts']} identical. `goose bench` in its own process: {speeds}.")
+    return "\n".join(lines)
+
+
 def caption(doc: dict, command: str) -> str:
     mode = doc.get("dtype", "?") + ("" if doc.get("weights") in (None, "float") else f"+{doc['weights']}")
     prompts = len({r["prompt_id"] for r in doc["runs"]})
@@ -84,7 +109,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"results.py: cannot read {args.results}: {exc}.")
     if not doc.get("complete"):
         print(f"results.py: warning: {args.results} is from an unfinished run.", file=sys.stderr)
-    body = caption(doc, args.command) + "\n\n" + table(doc)
+    if "runs" in doc and doc["runs"] and "method" in doc["runs"][0]:  # a vllm_bench file
+        body = (f"`{doc.get('model_name', doc.get('model'))}` inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, one "
+                f"request at a time, {len({r['id'] for r in doc['runs']})} prompts.\n\n```bash\n{args.command}\n```\n\n"
+                + vllm_table(doc))
+    else:
+        body = caption(doc, args.command) + "\n\n" + table(doc)
     if args.into is None:
         print(body)
         return

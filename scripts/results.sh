@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate the README's results tables: one `goose bench` run per model, then each table from its JSON
-# (scripts/results.py). Run it alone on an idle machine: another CPU-heavy process skews every figure.
+# Regenerate the README's results tables: one `goose bench` run per model and one vllm_bench run, then each
+# table from its JSON (scripts/results.py). Run it alone on an idle machine: another CPU-heavy process skews every figure.
 # An interrupted run resumes where it stopped (--resume); delete results/ to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +17,21 @@ run() {  # block name, JSON file, then the bench arguments
   "$PY" scripts/results.py "$json" --into README.md --block "$block" --command "$cmd"
 }
 
+vllm() {  # vLLM's own methods and GooseProposer, checked against the smollm2 run's `ar`
+  local args="--max-new-tokens 128 --methods none,ngram,ngram:5,suffix,goose --json results/vllm.json --against results/smollm2.json"
+  [ -f results/smollm2.json ] || { echo "results.sh: run 'scripts/results.sh smollm2' first (vllm compares with it)." >&2; exit 2; }
+  [ -x .venv-vllm/bin/python ] || { echo "results.sh: run 'make vllm-setup' first." >&2; exit 2; }
+  echo "== python -m drafting.integrations.vllm_bench $PROMPTS $args" >&2
+  # shellcheck disable=SC2086
+  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} .venv-vllm/bin/python -m drafting.integrations.vllm_bench "$PROMPTS" $args
+  "$PY" scripts/results.py results/vllm.json --into README.md --block vllm \
+    --command ".venv-vllm/bin/python -m drafting.integrations.vllm_bench $PROMPTS $args"
+}
+
 case "${1:-all}" in
   smollm2|all) run smollm2 results/smollm2.json -s hf-ar,pld,hf-pld,goose -n 128 ;;&
-  gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;
-  smollm2) ;;
-  *) echo "usage: scripts/results.sh [all|smollm2|gemma3]" >&2; exit 2 ;;
+  gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;&
+  vllm|all) vllm ;;
+  smollm2|gemma3) ;;
+  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|vllm]" >&2; exit 2 ;;
 esac

@@ -49,3 +49,19 @@ def test_missing_block_is_one_sentence(tmp_path):
     readme.write_text("no markers\n")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(results), "--into", str(readme)], capture_output=True, text=True)
     assert proc.returncode != 0 and "no block" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_vllm_table_compares_with_no_speculation_and_ngram(tmp_path):
+    doc = {"model": "/x/m", "model_name": "m", "max_new_tokens": 8, "complete": True,
+           "runs": [{"id": "a", "method": "none"}, {"id": "a", "method": "ngram"}, {"id": "a", "method": "goose"}],
+           "skipped": {"suffix": "arctic-inference is not installed"},
+           "summary": {"none": {"tokens_per_s": 10.0, "mean_acceptance_length": None, "identical": 1, "prompts": 1},
+                       "ngram": {"tokens_per_s": 15.0, "mean_acceptance_length": 2.0, "identical": 1, "prompts": 1},
+                       "goose": {"tokens_per_s": 18.0, "mean_acceptance_length": 2.5, "identical": 1, "prompts": 1}},
+           "goose": {"identical": 1, "prompts": 1, "goose_bench": {"ar": {"tokens_per_s": 20.0}}}}
+    results = tmp_path / "v.json"
+    results.write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(results)], check=True, capture_output=True, text=True).stdout
+    goose = next(line for line in out.splitlines() if line.startswith("| `goose`"))
+    assert [c.strip() for c in goose.strip("|").split("|")][2:4] == ["1.80×", "1.20×"]
+    assert "skipped: arctic-inference" in out and "1/1 identical" in out
