@@ -102,10 +102,14 @@ class HFGenerate:
         self.same_network = same_network(lm)
 
     def spec(self) -> str:
-        return NAME
+        return self.name
 
     def stats(self) -> dict:
         return {}
 
+    def generate_options(self) -> dict:
+        """Extra keyword arguments for ``generate()`` (none: plain decoding)."""
+        return {}
+
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GenerationResult:
-        return run_generate(self.model, self.lm, self.params, prompt_ids, max_new_tokens)
+        return run_generate(self.model, self.lm, self.params, prompt_ids, max_new_tokens, **self.generate_options())
