@@ -3,6 +3,7 @@ every turn, and prefills only what the chat template adds; the incremental detok
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -119,7 +120,8 @@ def test_detokenizer_streams_exact_text_from_short_windows(embedded_lm):
 
 def test_plain_chat_kept_and_full_prefill_give_the_same_answers():
     """The measured path: `goose chat --plain` piped, ten turns, with and without --full-prefill."""
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
+           "GOOSE_CACHE": os.environ["GOOSE_CACHE"]}  # the session's own cache (conftest), never the user's
     runs = []
     for extra in ([], ["--full-prefill"]):
         done = subprocess.run([sys.executable, "-m", "goosecli", "chat", "--plain", "-n", "6", "-s", "goose", *extra],

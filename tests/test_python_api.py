@@ -3,6 +3,7 @@ strings, the model cache, a caller's model object, and one-sentence errors."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -153,6 +154,6 @@ def test_tree_speculators_refuse_a_sliding_window_model(embedded_lm):
 def test_import_is_light():
     code = "import sys, drafting; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "GOOSE_CACHE": os.environ["GOOSE_CACHE"]})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
