@@ -43,14 +43,11 @@ class Piece(NamedTuple):
 def embedded_model_folder() -> str:
     """The embedded model as a plain transformers folder (converted once from its GGUF into goose's cache), for
     ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``."""
-    from .model import _convert_gguf, _converted_folder, _quiet_transformers, embedded_gguf
+    from .gguf_convert import ensure_converted
+    from .model import _quiet_transformers, embedded_gguf
 
-    gguf = embedded_gguf()
-    folder = _converted_folder(gguf)
-    if not (folder / "goose.json").exists():
-        _quiet_transformers()
-        _convert_gguf(gguf, folder)
-    return str(folder)
+    _quiet_transformers()
+    return str(ensure_converted(embedded_gguf()))
 
 
 def forget_models() -> None:
@@ -87,7 +84,8 @@ def stream(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPEC
             decoder = _decoder(lm, key, speculator, fresh=True)
     else:
         decoder = _decoder(lm, key, speculator, fresh=seed is not None)
-    from .sampling import SamplingParams, make_acceptor
+    from .acceptance import make_acceptor
+    from .sampling import SamplingParams
 
     decoder.acceptor = make_acceptor(SamplingParams(temperature, top_k, top_p, seed))
     decoder.check_fits(prompt_ids)  # ContextError (one sentence) before anything runs

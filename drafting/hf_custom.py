@@ -29,7 +29,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
                     **model_kwargs):
     """The decoding loop ``generate(custom_generate=...)`` calls; ``speculator`` is a goose spec string."""
     from .decode import Decoder
-    from .sampling import SamplingParams, make_acceptor
+    from .acceptance import make_acceptor
+    from .sampling import SamplingParams
     from .user_model import borrowed, wrap_model
 
     streamer = _caller_streamer()

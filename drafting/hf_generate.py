@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from .decode import ContextError, GenerationResult
-from .model import EMBEDDED_NAME, LoadedModel, _converted_folder, embedded_gguf, _quiet_transformers
+from .gguf_convert import converted_folder
+from .model import LoadedModel, _quiet_transformers
 from .sampling import SamplingParams
 
 NAME = "hf-ar"
@@ -24,10 +25,8 @@ _PLAIN: dict[tuple, torch.nn.Module] = {}
 
 def plain_source(lm: LoadedModel) -> str:
     """Where transformers loads ``lm`` from: its folder, its GGUF's converted folder, or its hub id."""
-    if lm.name == EMBEDDED_NAME:
-        return str(_converted_folder(embedded_gguf()))
-    if lm.name.endswith(".gguf"):
-        return str(_converted_folder(Path(lm.name).expanduser()))
+    if lm.gguf is not None:  # the embedded model, a built-in name or a .gguf file
+        return str(converted_folder(lm.gguf))
     path = Path(lm.name).expanduser()
     return str(path) if path.exists() else lm.name
 

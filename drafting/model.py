@@ -88,7 +88,6 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-_converted_folder = converted_folder  # the older private name, kept for callers that use it
 
 
 def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import torch
 
 from drafting.decode import Decoder
 from drafting.speculators import create

@@ -200,9 +200,10 @@ def test_tree_speculator_refused_on_hybrid_model(prompt_file, tmp_path):
     sentence (sliding-window models run: tests/test_architectures.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3NextConfig
 
-    from drafting.model import _converted_folder, embedded_gguf, load_model
+    from drafting.gguf_convert import converted_folder
+    from drafting.model import embedded_gguf, load_model
 
-    converted = _converted_folder(embedded_gguf())  # the embedded model's tokenizer is borrowed
+    converted = converted_folder(embedded_gguf())  # the embedded model's tokenizer is borrowed
     if not (converted / "goose.json").exists():
         load_model()
     folder = tmp_path / "hybrid"

@@ -4,7 +4,6 @@ they disagree; one curve object per model, shared by every speculator."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from drafting.cost import CostCurve, PrefixCost
 
