@@ -138,17 +138,27 @@ def test_callers_model_object_is_used_and_left_as_it_was(embedded_lm):
         drafting.generate(HAIKU, model=net, max_new_tokens=4)
 
 
-def test_tree_speculators_refuse_a_sliding_window_model(embedded_lm):
-    from transformers import MistralConfig, MistralForCausalLM
+def test_windowed_model_runs_and_a_hybrid_model_is_refused_with_one_sentence(embedded_lm):
+    from transformers import MistralConfig, MistralForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM
 
     torch.manual_seed(0)
-    config = MistralConfig(vocab_size=embedded_lm.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8, max_position_embeddings=256)
-    net = MistralForCausalLM(config).eval()
-    with pytest.raises(drafting.UnsupportedModelError, match="only 'ar' can"):
-        drafting.generate("Hi", model=net, tokenizer=embedded_lm.tokenizer, speculator="goose", max_new_tokens=4)
-    plain = drafting.generate("Hi", model=net, tokenizer=embedded_lm.tokenizer, speculator="ar", max_new_tokens=4)
-    assert 0 < len(plain.token_ids) <= 4
+    vocab = embedded_lm.vocab_size
+    windowed = MistralForCausalLM(MistralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                                                max_position_embeddings=256)).eval()
+    tok = embedded_lm.tokenizer
+    tree = drafting.generate("Hi there, hi there", model=windowed, tokenizer=tok, speculator="goose", max_new_tokens=24)
+    plain = drafting.generate("Hi there, hi there", model=windowed, tokenizer=tok, speculator="ar", max_new_tokens=24)
+    assert tree.token_ids == plain.token_ids and len(plain.token_ids) > 8  # past the window of 8
+    hybrid = Qwen3NextForCausalLM(Qwen3NextConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+        linear_value_head_dim=16, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, layer_types=["linear_attention", "full_attention"])).eval()
+    with pytest.raises(drafting.UnsupportedModelError) as err:
+        drafting.generate("Hi", model=hybrid, tokenizer=tok, speculator="goose", max_new_tokens=4)
+    message = str(err.value)
+    assert "linear_attention" in message and message.count(". ") == 0 and message.endswith(".")
 
 
 def test_import_is_light():
