@@ -12,12 +12,13 @@ from typing import Callable, Iterator
 import torch
 from .kv_cache import new_cache
 
-from .curve_watch import note_step, settle
+from .curve_watch import note_step, notice, settle
 from .model import LoadedModel
 from .phase_clock import PhaseClock
 from .speculators.base import Speculator, StepResult
 from .static_shapes import StaticForward, StaticShapes
 from .support import UnsupportedModelError, attention_layout  # noqa: F401 (UnsupportedModelError re-exported)
+from . import thread_share
 from .trace import StepRecord
 from .tree import Draft
 from .verify import Forward, keep_accepted
@@ -166,6 +167,9 @@ class Decoder:
             t3 = clock.mark()
             clock.settle()  # end of step: read the marks once, so no queued work leaks into the next step
             note_step(lm.model, draft.size, prefix_len, clock.seconds(t1, t2))  # keeps a cached cost curve true to this run
+            shared = thread_share.tick(lm.device)  # gives threads up while other processes hold the cores
+            if shared:
+                notice(shared)
             record = StepRecord(
                 step=step,
                 position=len(result.output_ids),

@@ -27,19 +27,26 @@ from functools import lru_cache
 RUNTIMES = ("libgomp", "libiomp", "libomp")  # GNU, Intel and LLVM OpenMP runtimes
 SOFT_PAUSE = 1  # omp_pause_soft: let the threads go, keep the settings
 
-# The default start-up setting (chosen with scripts/omp_policy.py; see docs/speed.md for the figures).
-STARTUP_SETTINGS = {"GOMP_SPINCOUNT": "10000"}
+# The default start-up setting, chosen with scripts/omp_policy.py (docs/speed.md has the run): no bounded spin
+# kept the speed alone and shared the cores better than the runtime's default, so goose sets none and shares
+# the cores by giving threads up while other processes hold them (drafting.thread_share).
+STARTUP_SETTINGS: dict[str, str] = {}
 # Variables that shape how OpenMP workers wait or how many there are: if the user set any, goose sets none.
 USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")
 OPT_OUT = "GOOSE_OPENMP"  # "keep": leave the OpenMP runtime's own defaults
 
 
+def user_chose(environ=None) -> bool:
+    """Whether the user set a wait or thread knob themselves (goose's own start-up settings do not count), or
+    opted out with ``GOOSE_OPENMP=keep``: then goose changes neither the settings nor the thread count."""
+    env = os.environ if environ is None else environ
+    ours = _APPLIED if environ is None else {}
+    return env.get(OPT_OUT, "").strip().lower() == "keep" or any(k in env and ours.get(k) != env[k] for k in USER_KNOBS)
+
+
 def startup_settings(environ=None) -> dict[str, str]:
     """The variables goose would set now: none if the user set a wait or thread knob, or opted out."""
-    env = os.environ if environ is None else environ
-    if env.get(OPT_OUT, "").strip().lower() == "keep" or any(k in env for k in USER_KNOBS):
-        return {}
-    return dict(STARTUP_SETTINGS)
+    return {} if user_chose(environ) else dict(STARTUP_SETTINGS)
 
 
 def apply_startup_settings(environ=None) -> dict[str, str]:

@@ -53,6 +53,28 @@ def _child_env(**extra):
 def test_the_command_sets_its_default_before_torch_loads_unless_told_otherwise():
     from drafting.openmp import STARTUP_SETTINGS
 
-    assert _child_env() == [STARTUP_SETTINGS["GOMP_SPINCOUNT"], "None"]
+    assert _child_env() == [STARTUP_SETTINGS.get("GOMP_SPINCOUNT", "None"), STARTUP_SETTINGS.get("OMP_WAIT_POLICY", "None")]
     assert _child_env(OMP_WAIT_POLICY="PASSIVE") == ["None", "PASSIVE"]  # the user's setting wins, alone
     assert _child_env(GOOSE_OPENMP="keep") == ["None", "None"]
+
+
+def test_threads_follow_the_cores_other_processes_leave():
+    from drafting.machine_load import Load
+    from drafting.thread_share import threads_for
+
+    def load(others: float, steal: float = 0.0) -> Load:
+        return Load(others_cores=others, steal_cores=steal, own_cores=2.0, cores=2, wall_s=1.0)
+
+    assert threads_for(load(0.0), 2) == 2  # alone: every thread
+    assert threads_for(load(0.3), 2) == 2  # a little background work is not worth a core
+    assert threads_for(load(0.9), 2) == 1  # a twin holds a core: run on the one that is left
+    assert threads_for(load(0.4, steal=0.4), 2) == 1  # the hypervisor's share counts too
+    assert threads_for(load(2.0), 2) == 1  # never below one
+    assert threads_for(load(0.0), 1) == 1  # never above what the process was given
+
+
+def test_thread_sharing_stays_out_of_the_way_of_a_users_choice():
+    from drafting.openmp import user_chose
+
+    assert not user_chose({})
+    assert user_chose({"OMP_NUM_THREADS": "2"}) and user_chose({"GOOSE_OPENMP": "keep"})
