@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "GOOSE_OPENMP")
 CANDIDATES = {
     "runtime default": {"GOOSE_OPENMP": "keep"},
-    "goose default": {},  # whatever drafting.openmp.STARTUP_SETTINGS holds
+    "goose default": {},  # goose as shipped: drafting.openmp.STARTUP_SETTINGS and thread sharing
     "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
     "spin 1000": {"GOMP_SPINCOUNT": "1000"},
     "spin 10000": {"GOMP_SPINCOUNT": "10000"},
