@@ -76,7 +76,7 @@ def vllm_table(doc: dict) -> str:
                            if v.get("tokens_per_s"))
         lines.append("")
         lines.append(f"vLLM without speculation against `goose bench`'s `ar` on the same prompts: "
-                     f"{ref['identical']}/{ref['prompts']} identical. `goose bench` in its own process: {speeds}.")
+                     f"{ref['identical']}/{ref['prompts']} identical. `goose bench` on those prompts (from its own run): {speeds}.")
     return "\n".join(lines)
 
 
@@ -107,10 +107,11 @@ def main(argv: list[str] | None = None) -> None:
         doc = json.loads(args.results.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise SystemExit(f"results.py: cannot read {args.results}: {exc}.")
-    if not doc.get("complete"):
+    if doc.get("complete") is False:
         print(f"results.py: warning: {args.results} is from an unfinished run.", file=sys.stderr)
     if "runs" in doc and doc["runs"] and "method" in doc["runs"][0]:  # a vllm_bench file
-        body = (f"`{doc.get('model_name', doc.get('model'))}` inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, one "
+        name = re.sub(r"-[0-9a-f]{16}$", "", str(doc.get("model_name", doc.get("model"))))  # goose's cache key
+        body = (f"`{name}` (goose's converted folder) inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, one "
                 f"request at a time, {len({r['id'] for r in doc['runs']})} prompts.\n\n```bash\n{args.command}\n```\n\n"
                 + vllm_table(doc))
     else:
