@@ -2,8 +2,7 @@
 
 Measured once per model, device and dtype (a few seconds) and cached as JSON under the goose cache folder.
 Tree budgets (GOOSE ``budget=auto``, PTD rows ``auto``) read it to decide how many nodes pay on this hardware.
-Extra rows cost more after a long prompt (each attends over the whole cache: with SmolLM2-135M on 2 CPU cores
-16 rows cost 1.5x a one-row step after 256 cached tokens and 1.7x after 2,000), so ``PrefixCost`` keeps the
+Extra rows cost more after a long prompt (each attends over the whole cache), so ``PrefixCost`` keeps the
 curve at two cache lengths and interpolates between them for the step at hand.
 
 A cached curve can be wrong for this run (measured while the machine was busy, or the machine is busy now).

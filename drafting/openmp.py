@@ -13,7 +13,7 @@ leaves the runtime's own defaults.
 Each thread that runs torch ops on the CPU gets its own team of OpenMP worker threads, kept after use. Once
 the threads kept by all teams outnumber the cores, GNU OpenMP stops spin-waiting between parallel regions and
 puts its workers to sleep instead: on a 2-core machine a decode on a worker thread, after the main thread has
-run torch once (loading the model, a warm-up), was measured ~18% slower than the same decode on the main thread.
+run torch once (loading the model, a warm-up), was measured slower than the same decode on the main thread.
 An app that decodes off its main thread calls ``release_idle_workers()`` on the main thread first.
 """
 

@@ -7,16 +7,15 @@ to float rounding, so auto never trades exactness for speed; int8 (different wei
 
 ``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.int8_linear): int8 weights, one
 scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
-speculator verify with the same network; measured on a 2-core AVX-512 CPU with SmolLM2-135M a one-token step
-took ~13 ms against ~15 ms in oneDNN-packed bf16 and ~25 ms with torch's own bf16 kernels. Being bfloat16
-between its layers, it is a low-precision mode ("identical up to ties"), like bf16.
+speculator verify with the same network; it reads a quarter of float32's bytes per step, which is what a one-token
+step on a CPU waits for (docs/measurements.md). Being bfloat16 between its layers, it is a low-precision mode
+("identical up to ties"), like bf16.
 
 Dynamically quantised int8 layers (torch's ``quantize_dynamic``: activations rounded to int8 too) were built and
-measured first: faster for wide trees (13 ms one row, 20 ms for 16) but not identical to plain decoding even up
-to ties. The float32 parts of a tree pass (attention, norms) differ from a one-row pass by ~1e-7, enough to move
-an activation across an int8 rounding boundary, and such flips grow layer by layer (logits ~4 apart at the end
-on SmolLM2-135M; per-row activation scales did not help). A format that breaks the lossless promise is not
-offered.
+measured first: faster for wide trees but not identical to plain decoding even up to ties. The float32 parts of a
+tree pass (attention, norms) differ from a one-row pass by float rounding, enough to move an activation across an
+int8 rounding boundary, and such flips grow layer by layer (per-row activation scales did not help). A format
+that breaks the lossless promise is not offered.
 """
 
 from __future__ import annotations
