@@ -3,6 +3,7 @@ and the run dict that records it (timings, steps, identity to `ar`, per-source a
 
 from __future__ import annotations
 
+from ..curve_watch import settle
 from ..decode import ContextError, GenerationResult
 from ..llama_cpp_ref import LlamaCppError
 from ..model import LoadedModel
@@ -37,6 +38,8 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         messages.append({"role": "user", "content": turn})
         ids = encode(lm.tokenizer, messages, raw=settings.raw)
         try:
+            settle(lm.model)  # a cost curve found off is measured again now, so its forwards are not this turn's
+            timer.take()
             result = contender.generate(ids, settings.max_new_tokens)
         except (ContextError, LlamaCppError) as exc:
             notes.append(f"turn {k + 1} skipped: {exc}")
