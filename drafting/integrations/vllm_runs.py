@@ -74,6 +74,11 @@ def _spec_counters(llm) -> dict[str, float]:
     return out
 
 
+# On CPU vLLM reserves this share of the machine's memory for weights and KV cache; its default (0.92) refuses
+# to start when other processes or the page cache hold more than 8% of the memory.
+MEMORY_SHARE = 0.5
+
+
 def run_method(spec: dict) -> list[dict]:
     """``spec``: method, model, k, max_new_tokens, max_model_len, prompts [{id, turns}], out (JSON lines)."""
     from vllm import LLM, SamplingParams
@@ -81,7 +86,7 @@ def run_method(spec: dict) -> list[dict]:
 
     config = method_config(spec["method"], int(spec["k"]))
     llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, max_model_len=int(spec["max_model_len"]),
-              speculative_config=config, disable_log_stats=False, seed=0)
+              speculative_config=config, disable_log_stats=False, seed=0, gpu_memory_utilization=MEMORY_SHARE)
     tokenizer = llm.get_tokenizer()
     eos = {int(t) for t in [getattr(tokenizer, "eos_token_id", None)] if t is not None}
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]))
