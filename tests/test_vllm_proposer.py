@@ -272,7 +272,7 @@ def test_settings_from_text_and_environment(monkeypatch):
     assert parse_settings(None)["spine"] == "goose"
     s = parse_settings("spine=full, min_path=0.2")
     assert (s["spine"], s["min_path"], s["chain"]) == ("full", 0.2, 20)
-    assert parse_settings("ngram_min=2+spine=full") == {**parse_settings("spine=full"), "ngram_min": 2}
+    assert parse_settings("ngram_min=3+spine=full") == {**parse_settings("spine=full"), "ngram_min": 3}
     for bad in ("spine=tree", "min_path=x", "nope=1", "spine", "ngram_min=6"):
         with pytest.raises(SettingsError):
             parse_settings(bad)
@@ -286,8 +286,8 @@ def test_settings_from_text_and_environment(monkeypatch):
     full = p.propose([[3]], np.array([len(seq)]), row)[0]
     part = proposer(settings="").propose([[3]], np.array([len(seq)]), row)[0]
     assert full == list(range(4, 12)) and len(part) < len(full) and full[: len(part)] == part
-    # bigram context matches only where asked for (else the adjacency table's single token)
+    # bigram context matches by default; ngram_min=3 (goose's own matcher) leaves the adjacency table's single token
     seq2 = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 2]
     row[0, : len(seq2)] = seq2
-    assert proposer(settings="").propose([[2]], np.array([len(seq2)]), row)[0] == [3]
-    assert proposer(settings="ngram_min=2").propose([[2]], np.array([len(seq2)]), row)[0][:3] == [3, 4, 5]
+    assert proposer(settings="ngram_min=3").propose([[2]], np.array([len(seq2)]), row)[0] == [3]
+    assert proposer(settings="").propose([[2]], np.array([len(seq2)]), row)[0][:3] == [3, 4, 5]

@@ -31,7 +31,7 @@ SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom 
 SETTINGS = {  # name: (default, type, help)
     "spine": ("goose", str, "goose = GOOSE's spine share of k from EMA and confidence; full = the whole chain up to k"),
     "min_path": (0.3, float, "an adjacency chain stops when the product of its successors' shares falls below this"),
-    "ngram_min": (3, int, "shortest context n-gram matched (GOOSE: 5, 4, 3; 2 also matches bigrams)"),
+    "ngram_min": (2, int, "shortest context n-gram matched (5 down to this; GOOSE in goose itself stops at 3)"),
     "chain": (20, int, "context chain length before extension"),
     "chain_max": (100, int, "longest extended context chain"),
 }
