@@ -2,10 +2,11 @@
 
 Which kernel is fastest depends on the CPU: oneDNN's packed matmul won every size on the CPU it was first tuned
 on and loses one-row steps on others of the same family. So with ``auto`` the loaded model is timed in each
-format that computes the same numbers (``float`` and ``onednn``; see drafting.weights) for a few forwards at one
-row (a plain decoding step) and at ``TREE_ROWS`` rows (a typical tree step). The format of plain decoding is the
-one fastest at one row, never another; where the other format is faster for trees, ``dual`` gives each kind of
-step its faster kernel.
+format that computes the same numbers (``float``, ``onednn`` and, in float32, ``mkl``; see drafting.weights)
+for a few forwards at one row (a plain decoding step) and at ``TREE_ROWS`` rows (a typical tree step). The
+format of plain decoding is the one fastest at one row, never another; where another kernel is faster for
+trees, ``dual`` (oneDNN's) or ``mkl`` (MKL's packed product) gives tree steps that kernel while one-row steps
+keep torch's.
 
 The result is cached under the goose cache folder, keyed by a fingerprint of everything that decides it: CPU
 model and flags, core count, torch version, thread count, OpenMP settings, the model and its dtype. Any change
@@ -24,13 +25,14 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 TREE_ROWS = 16
 PROBE_ROWS = (1, TREE_ROWS)
 PROBE_PREFIX = 128
 PROBE_REPEATS = 3
 BUSY_TTL_S = 600
 CANDIDATES = ("float", "onednn")  # same numbers, different kernels; `dual` combines them
+TREE_ONLY = ("mkl",)  # one-row steps in torch's kernel (float's), trees in another: timed for trees
 
 
 @dataclass
@@ -61,13 +63,21 @@ class ModeChoice:
 
 
 def decide(seconds: dict[str, list[float]]) -> str:
-    """The format for one-row steps is the fastest at one row; trees take the other kernel only where it is
-    faster at ``TREE_ROWS`` rows (then ``dual``)."""
-    one_row = min(seconds, key=lambda f: seconds[f][0])
+    """The kernel for one-row steps is the fastest of float and onednn at one row; with float's, trees take
+    another kernel only where it is faster at ``TREE_ROWS`` rows (oneDNN's: ``dual``; MKL's packed: ``mkl``)."""
+    one_row = min((f for f in seconds if f in CANDIDATES), key=lambda f: seconds[f][0])
+    if one_row != "float":
+        return one_row
     trees = min(seconds, key=lambda f: seconds[f][-1])
-    if one_row == "float" and trees == "onednn":
-        return "dual"
-    return one_row
+    return {"onednn": "dual"}.get(trees, trees)
+
+
+def candidates(dtype: torch.dtype) -> tuple[str, ...]:
+    """The formats timed for ``dtype``: float and onednn, and mkl in float32 where MKL's packed product works."""
+    from . import mkl_linear
+
+    extra = TREE_ONLY if dtype == torch.float32 and mkl_linear.available() else ()
+    return CANDIDATES + extra
 
 
 def fingerprint(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype) -> dict:
@@ -153,7 +163,7 @@ def probe(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dt
     seconds: dict[str, list[float]] = {}
     meter = LoadMeter().start()
     try:
-        for fmt in CANDIDATES:
+        for fmt in candidates(dtype):
             _install(slots, fmt)
             seconds[fmt] = measure(lm, sizes=tuple(rows), prefix=prefix, repeats=repeats).seconds
     finally:

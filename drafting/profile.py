@@ -111,21 +111,21 @@ def auto_choice(device: str) -> tuple[str, str]:
     if dev.type == "cuda":
         return dt, "on CUDA auto picks bfloat16: tensor cores make it much faster than float32; outputs are identical to `ar` up to near-ties."
     return dt, ("on CPU auto picks float32, the exact-reference mode whose tree verification matches plain decoding "
-                "token for token; --weights auto then takes the fastest of float / onednn / dual measured here.")
+                "token for token; --weights auto then takes the fastest of float / onednn / dual / mkl measured here.")
 
 
 def weights_choices(profiles: list["ModeProfile"]):
     """``--weights auto``'s choice per dtype from this table (drafting.mode_probe.decide over the float and
-    onednn rows, one row and the largest size up to the probe's tree size), as ModeChoice objects."""
-    from .mode_probe import TREE_ROWS, ModeChoice, decide
+    onednn (and mkl) rows, one row and the largest size up to the probe's tree size), as ModeChoice objects."""
+    from .mode_probe import CANDIDATES, TREE_ONLY, TREE_ROWS, ModeChoice, decide
 
     out = []
     for dt in dict.fromkeys(p.dtype for p in profiles):
-        rows = {p.weights: p for p in profiles if p.dtype == dt and p.weights in ("float", "onednn")
+        rows = {p.weights: p for p in profiles if p.dtype == dt and p.weights in CANDIDATES + TREE_ONLY
                 and p.error is None and p.gave_up is None and p.seconds}
-        if len(rows) < 2:
+        if not all(w in rows for w in CANDIDATES):
             continue
-        sizes = [n for n in rows["float"].sizes if n in rows["onednn"].sizes and n <= TREE_ROWS]
+        sizes = [n for n in rows["float"].sizes if all(n in p.sizes for p in rows.values()) and n <= TREE_ROWS]
         at = [1, sizes[-1]] if sizes and sizes[-1] > 1 else [1]
         seconds = {w: [p.seconds[p.sizes.index(n)] for n in at] for w, p in rows.items()}
         busy = next((p.busy for p in rows.values() if p.busy), None)

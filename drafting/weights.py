@@ -1,9 +1,11 @@
 """Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
 weights packed for oneDNN, see drafting.onednn_linear), ``dual`` (both: torch's kernel for one-row steps,
-oneDNN's for tree steps and prefill), ``int8`` (weight-only int8 layers, bfloat16 between them), or ``auto``: on
-a CPU whose torch has oneDNN, in float32 or bfloat16, the fastest of float / onednn / dual as measured on this
-machine by drafting.mode_probe (cached per machine); elsewhere ``float``. All three compute the same numbers up
-to float rounding, so auto never trades exactness for speed; int8 (different weights) is only used when asked.
+oneDNN's for tree steps and prefill), ``mkl`` (float32: torch's kernel for one-row steps, MKL's product over a
+weight packed once for more rows, see drafting.mkl_linear), ``int8`` (weight-only int8 layers, bfloat16 between
+them), or ``auto``: on a CPU whose torch has oneDNN, in float32 or bfloat16, the fastest of float / onednn / dual
+/ mkl as measured on this machine by drafting.mode_probe (cached per machine); elsewhere ``float``. All four
+compute the same numbers up to float rounding, so auto never trades exactness for speed; int8 (different
+weights) is only used when asked.
 
 ``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.int8_linear): int8 weights, one
 scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
@@ -22,10 +24,10 @@ from __future__ import annotations
 
 import torch
 
-from . import int8_linear, onednn_linear
+from . import int8_linear, mkl_linear, onednn_linear
 
-FORMATS = ("auto", "float", "onednn", "dual", "int8")
-SAME_NUMBERS = ("float", "onednn", "dual")  # the formats auto chooses among (float weights, kernels differ)
+FORMATS = ("auto", "float", "onednn", "dual", "mkl", "int8")
+SAME_NUMBERS = ("float", "onednn", "dual", "mkl")  # the formats auto chooses among (float weights, kernels differ)
 
 
 class WeightsError(ValueError):
@@ -53,6 +55,11 @@ def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None
             raise WeightsError(f"--weights {weights} packs weights for oneDNN's CPU kernels; use it with --device cpu.")
         if not onednn_linear.available():
             raise WeightsError(f"This torch build has no oneDNN, so --weights {weights} cannot run here.")
+    if weights == "mkl":
+        if device.type != "cpu" or dtype != torch.float32:
+            raise WeightsError("--weights mkl packs float32 weights for MKL's CPU product; use it with --device cpu --dtype float32.")
+        if not mkl_linear.available():
+            raise WeightsError("This torch build has no MKL packed product that works here, so --weights mkl cannot run.")
     if weights == "int8":
         if device.type != "cpu":
             raise WeightsError("--weights int8 uses torch's CPU int8 kernels; use it with --device cpu.")
@@ -73,7 +80,7 @@ def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
 def layer_class(weights: str):
     """The layer that replaces ``nn.Linear`` in a concrete non-float format."""
     layer = {"onednn": onednn_linear.OneDNNLinear, "dual": onednn_linear.RowDispatchLinear,
-             "int8": int8_linear.Int8WeightLinear}.get(weights)
+             "mkl": mkl_linear.MKLPackedLinear, "int8": int8_linear.Int8WeightLinear}.get(weights)
     if layer is None:
         raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
     return layer

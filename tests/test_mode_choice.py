@@ -10,7 +10,7 @@ import pytest
 import torch
 from tinymodel import tiny_llama
 
-from drafting import onednn_linear
+from drafting import mkl_linear, onednn_linear
 
 needs_onednn = pytest.mark.skipif(not onednn_linear.available(), reason="this torch build has no oneDNN")
 
@@ -23,6 +23,10 @@ def test_decide_keeps_the_fastest_one_row_format_and_dual_only_for_faster_trees(
     assert decide({"float": [0.038, 0.061], "onednn": [0.027, 0.035]}) == "onednn"
     # oneDNN faster at one row but slower for trees: plain decoding still takes the faster one-row format
     assert decide({"float": [0.038, 0.040], "onednn": [0.027, 0.050]}) == "onednn"
+    # MKL's packed product only runs trees: chosen when it beats both at the tree size and float wins one row
+    assert decide({"float": [0.030, 0.062], "onednn": [0.037, 0.058], "mkl": [0.030, 0.052]}) == "mkl"
+    assert decide({"float": [0.030, 0.062], "onednn": [0.037, 0.050], "mkl": [0.030, 0.052]}) == "dual"
+    assert decide({"float": [0.038, 0.061], "onednn": [0.027, 0.035], "mkl": [0.020, 0.030]}) == "onednn"
 
 
 def _fresh_tiny():
@@ -31,15 +35,16 @@ def _fresh_tiny():
 
 @needs_onednn
 def test_probe_is_cached_per_fingerprint_and_redone_when_it_changes(tmp_path, monkeypatch):
-    from drafting.mode_probe import cache_path, choose_weights, fingerprint
+    from drafting.mode_probe import cache_path, candidates, choose_weights, fingerprint
+    from drafting.weights import SAME_NUMBERS
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     lm = _fresh_tiny()
     cpu = torch.device("cpu")
     first = choose_weights(lm.model, lm.name, cpu, torch.float32)
-    assert not first.cached and set(first.seconds) == {"float", "onednn"}
+    assert not first.cached and set(first.seconds) == set(candidates(torch.float32))
     assert all(len(s) == 2 and all(t > 0 for t in s) for s in first.seconds.values())
-    assert first.weights in ("float", "onednn", "dual")
+    assert first.weights in SAME_NUMBERS
     fp = fingerprint(_fresh_tiny().model, lm.name, cpu, torch.float32)
     path = cache_path(fp)
     assert path.exists()  # (a busy machine's probe too, for a few minutes)
@@ -87,16 +92,48 @@ def test_dual_layer_dispatches_on_rows_and_matches_both_kernels():
         assert torch.allclose(dual(many), dense(many), atol=1e-5, rtol=1e-5)
 
 
-@needs_onednn
-def test_dual_tree_logits_match_sequential_steps(tiny_lm):
-    """The exactness premise of `dual` in fp32: a tree pass through oneDNN scores each node as sequential
-    one-row passes through torch's kernel do, to float rounding."""
+needs_mkl = pytest.mark.skipif(not mkl_linear.available(), reason="this torch build has no working MKL packed product")
+
+
+@needs_mkl
+def test_mkl_layer_dispatches_on_rows_and_matches_torch_kernel():
+    from drafting.mkl_linear import MKLPackedLinear
+
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(64, 48)
+    layer = MKLPackedLinear(dense)
+    with torch.inference_mode():
+        one = torch.randn(1, 1, 64)
+        assert torch.equal(layer(one), dense(one))  # one row: torch's own kernel, bit for bit
+        for rows in (2, 7, 16, 33, 200):  # any row count against a weight packed once
+            many = torch.randn(1, rows, 64)
+            assert layer(many).shape == (1, rows, 48)
+            assert torch.allclose(layer(many), dense(many), atol=1e-5, rtol=1e-5), rows
+
+
+def test_mkl_format_is_refused_outside_float32_on_cpu():
+    from drafting.weights import WeightsError, check_format
+
+    with pytest.raises(WeightsError, match="float32"):
+        check_format("mkl", torch.device("cpu"), torch.bfloat16)
+
+
+def _skip_unless_available(fmt: str) -> None:
+    if not {"dual": onednn_linear.available, "mkl": mkl_linear.available}[fmt]():
+        pytest.skip(f"--weights {fmt} cannot run with this torch build")
+
+
+@pytest.mark.parametrize("fmt", ["dual", "mkl"])
+def test_row_dispatch_tree_logits_match_sequential_steps(tiny_lm, fmt):
+    """The exactness premise of `dual` and `mkl` in fp32: a tree pass through oneDNN's or MKL's packed kernel
+    scores each node as sequential one-row passes through torch's kernel do, to float rounding."""
     from drafting.decode import Decoder
     from drafting.speculators import create
     from drafting.weights import apply_weights
     from dataclasses import replace
 
-    lm = replace(tiny_lm, model=apply_weights(copy.deepcopy(tiny_lm.model), "dual"), weights="dual", eos_ids=set())
+    _skip_unless_available(fmt)
+    lm = replace(tiny_lm, model=apply_weights(copy.deepcopy(tiny_lm.model), fmt), weights=fmt, eos_ids=set())
     prompt = [5, 17, 33, 2, 90, 41, 5, 17, 33]
     ar = Decoder(lm, create("ar")).generate(prompt, 24).output_ids
     for spec in ("pld", "goose"):
@@ -104,15 +141,17 @@ def test_dual_tree_logits_match_sequential_steps(tiny_lm):
 
 
 @pytest.mark.slow
-@needs_onednn
-def test_dual_weights_keep_goose_identical_to_ar_on_real_prompts(real_prompts):
-    """fp32 `dual` is offered as exact only because this holds: one-row steps through torch's kernel and
-    tree steps through oneDNN give the very tokens of plain decoding on the embedded model."""
+@pytest.mark.parametrize("fmt", ["dual", "mkl"])
+def test_row_dispatch_weights_keep_goose_identical_to_ar_on_real_prompts(real_prompts, fmt):
+    """fp32 `dual` and `mkl` are offered as exact only because this holds: one-row steps through torch's kernel
+    and tree steps through oneDNN's or MKL's packed kernel give the very tokens of plain decoding on the
+    embedded model."""
     from drafting.decode import Decoder
     from drafting.model import load_model
     from drafting.speculators import create
 
-    lm = load_model(dtype="float32", weights="dual")
+    _skip_unless_available(fmt)
+    lm = load_model(dtype="float32", weights=fmt)
     ar, goose = Decoder(lm, create("ar")), Decoder(lm, create("goose"))
     for pid, ids in real_prompts[::3]:
         assert goose.generate(ids, 40).output_ids == ar.generate(ids, 40).output_ids, pid

@@ -1,0 +1,76 @@
+"""A float32 Linear whose tree steps run MKL's packed matrix product (weight packed once), one-row steps torch's own.
+
+torch's default float32 Linear calls MKL's sgemm, which packs the weight into its blocked layout on every call:
+for the few rows of a tree step that repacking is a large share of the cost. MKL can pack a weight once
+(``cblas_sgemm_pack``, torch's ``mkl::_mkl_reorder_linear_weight``) and multiply any number of rows against the
+packed copy (``cblas_sgemm_compute``, ``mkl::_mkl_linear``). One-row steps keep torch's own kernel (the numbers
+of plain decoding in ``float``, bit for bit), as do prefill blocks; tree steps of 2 to ``PACKED_MAX_ROWS`` rows
+take the packed product, which computes each row to float rounding like every other float32 kernel here. MKL documents the packed layout as made for one row
+count; torch's wrapper asks for the row count at call time, so ``works_here`` checks on this machine, at load,
+that a copy packed once gives the right numbers for every row count a tree or prefill uses before the format
+is offered. Figures: docs/measurements.md.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+PACKED_ROWS = 16  # the row count handed to the packing call; the check covers the others
+# Above this many rows (prefill, very wide trees) torch's own call is as fast or faster: its repacking is then a
+# small share of the product. Both give the same numbers there (MKL's sgemm either way).
+PACKED_MAX_ROWS = 32
+
+
+class MKLPackedLinear(torch.nn.Module):
+    """Drop-in for ``nn.Linear`` in float32 inference: the plain weight for one row, an MKL-packed copy for more."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        weight = linear.weight.detach()
+        if weight.dtype != torch.float32 or weight.device.type != "cpu":
+            raise ValueError("MKL's packed matrix product takes float32 weights on the CPU.")
+        self.register_buffer("weight", weight, persistent=False)
+        self.register_buffer("packed", torch.ops.mkl._mkl_reorder_linear_weight(weight, PACKED_ROWS),
+                             persistent=False)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        self.register_buffer("bias", bias, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        rows = x.reshape(-1, shape[-1])
+        if rows.shape[0] == 1 or rows.shape[0] > PACKED_MAX_ROWS:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        y = torch.ops.mkl._mkl_linear(rows, self.packed, self.weight, self.bias, rows.shape[0])
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def available() -> bool:
+    """This torch has MKL's packed product and it computes the right numbers here (checked once a process)."""
+    return torch.backends.mkl.is_available() and torch.backends.mkldnn.is_available() and works_here()
+
+
+@functools.cache
+def works_here() -> bool:
+    """One weight packed once, multiplied with every kind of row count it serves, against torch's own kernel."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        dense = torch.nn.Linear(96, 80)
+        with torch.no_grad():
+            dense.weight.copy_(torch.randn(80, 96, generator=gen) * 0.1)
+            dense.bias.copy_(torch.randn(80, generator=gen) * 0.1)
+        layer = MKLPackedLinear(dense)
+        with torch.inference_mode():
+            for rows in (2, 3, 5, 8, 13, PACKED_ROWS, 17, 24, PACKED_MAX_ROWS):
+                x = torch.randn(rows, 96, generator=gen)
+                if not torch.allclose(layer(x), dense(x), rtol=1e-5, atol=1e-5):
+                    return False
+    except (RuntimeError, AttributeError, ValueError):
+        return False
+    return True
