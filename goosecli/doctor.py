@@ -24,7 +24,7 @@ def doctor(
     prefix: Annotated[int, typer.Option("--prefix", help="Tokens already in the KV cache when the forwards are timed (also the prefill length timed).", min=1)] = 256,
     max_rows: Annotated[
         Optional[int],
-        typer.Option("--max-rows", help="Time the full cost curve, powers of two from 1 up to this (e.g. 128); default: only 1, 4 and 16 rows, to keep the run short.", min=1, max=1024),
+        typer.Option("--max-rows", help="Time the cost curve's sizes (1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128) up to this, and this; 128 also refreshes the cached curve; default: only 1, 4 and 16 rows, to keep the run short.", min=1, max=1024),
     ] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per size (the median is kept), after one warm-up.", min=1, max=50)] = 3,
     even_if_busy: Annotated[bool, typer.Option("--even-if-busy", help="Measure every mode and print the figures even when other processes keep the machine busy (they are then not this machine's speed).")] = False,
@@ -38,6 +38,7 @@ def doctor(
     from rich.console import Console
     from rich.table import Table
 
+    from drafting.cost import DEFAULT_SIZES
     from drafting.model import ModelError, resolve_device
     from drafting.mode_probe import write_cached
     from drafting.profile import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, weights_choices
@@ -51,9 +52,7 @@ def doctor(
         fail(f"--json {str(json_out)!r} is a folder; give a file name.")
     sizes = list(QUICK_SIZES)
     if max_rows is not None:
-        sizes = [1]
-        while sizes[-1] * 2 <= max_rows:
-            sizes.append(sizes[-1] * 2)
+        sizes = [n for n in DEFAULT_SIZES if n <= max_rows]
         if sizes[-1] != max_rows:
             sizes.append(max_rows)
     err = Console(stderr=True, highlight=False)

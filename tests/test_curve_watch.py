@@ -115,3 +115,22 @@ def test_plain_baseline_reads_one_row_points_and_listens_to_steps(tiny_lm):
         assert base.watch.last_prefix is not None and base.step_s() == base.cost.at(base.watch.last_prefix).time(1)
     finally:
         curve_watch._LISTENERS.pop(lm.model, None)
+
+
+def test_a_cached_curve_of_other_sizes_is_measured_again(tiny_lm, tmp_path, monkeypatch):
+    """A curve cached by an older goose (powers of two only) would price trees between its points by a straight
+    line; the cache hands back only curves of today's sizes."""
+    import json
+
+    from drafting.cost import DEFAULT_SIZES, cost_curve, store_curve
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    old = CostCurve(sizes=[1, 2, 4, 8, 16, 32, 64, 128], seconds=[1.0 + i for i in range(8)])
+    store_curve(tiny_lm, 256, old)
+    curve = cost_curve(tiny_lm)
+    assert tuple(curve.sizes) == DEFAULT_SIZES and curve.seconds[0] < 1.0
+    stored = json.loads(next((tmp_path / "cost").glob("*.json")).read_text())
+    if tuple(stored["sizes"]) == DEFAULT_SIZES:  # stored in place of the old one (not when the machine was busy)
+        assert cost_curve(tiny_lm).seconds == stored["seconds"]  # and read back from the cache, not measured
+    else:
+        assert stored["seconds"] == old.seconds
