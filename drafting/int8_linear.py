@@ -18,23 +18,21 @@ from __future__ import annotations
 
 import torch
 
+from .linear_base import LinearStandIn
+
 DENSE_ROWS = 128
 
 
-class Int8WeightLinear(torch.nn.Module):
+class Int8WeightLinear(LinearStandIn):
     """Drop-in for ``nn.Linear`` in inference: symmetric per-output-channel int8 weights."""
 
     def __init__(self, linear: torch.nn.Linear):
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
+        super().__init__(linear)
         weight = linear.weight.detach().float()
         scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
         qweight = torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
         self.register_buffer("qweight", qweight, persistent=False)
         self.register_buffer("scales", scales.to(linear.weight.dtype), persistent=False)
-        bias = linear.bias.detach() if linear.bias is not None else None
-        self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -46,9 +44,6 @@ class Int8WeightLinear(torch.nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 def available() -> bool:

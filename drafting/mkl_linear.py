@@ -5,10 +5,11 @@ for the few rows of a tree step that repacking is a large share of the cost. MKL
 (``cblas_sgemm_pack``, torch's ``mkl::_mkl_reorder_linear_weight``) and multiply any number of rows against the
 packed copy (``cblas_sgemm_compute``, ``mkl::_mkl_linear``). One-row steps keep torch's own kernel (the numbers
 of plain decoding in ``float``, bit for bit), as do prefill blocks; tree steps of 2 to ``PACKED_MAX_ROWS`` rows
-take the packed product, which computes each row to float rounding like every other float32 kernel here. MKL documents the packed layout as made for one row
-count; torch's wrapper asks for the row count at call time, so ``works_here`` checks on this machine, at load,
-that a copy packed once gives the right numbers for every row count a tree or prefill uses before the format
-is offered. Figures: docs/measurements.md.
+take the packed product, which computes each row to float rounding like every other float32 kernel here.
+
+MKL documents the packed layout as made for one row count; torch's wrapper asks for the row count at call time,
+so ``works_here`` checks on this machine, at load, that a copy packed once gives the right numbers for every row
+count it serves before the format is offered. Figures: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -17,38 +18,32 @@ import functools
 
 import torch
 
+from .linear_base import LinearStandIn
+
 PACKED_ROWS = 16  # the row count handed to the packing call; the check covers the others
 # Above this many rows (prefill, very wide trees) torch's own call is as fast or faster: its repacking is then a
 # small share of the product. Both give the same numbers there (MKL's sgemm either way).
 PACKED_MAX_ROWS = 32
 
 
-class MKLPackedLinear(torch.nn.Module):
+class MKLPackedLinear(LinearStandIn):
     """Drop-in for ``nn.Linear`` in float32 inference: the plain weight for one row, an MKL-packed copy for more."""
 
     def __init__(self, linear: torch.nn.Linear):
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
+        super().__init__(linear)
         weight = linear.weight.detach()
         if weight.dtype != torch.float32 or weight.device.type != "cpu":
             raise ValueError("MKL's packed matrix product takes float32 weights on the CPU.")
         self.register_buffer("weight", weight, persistent=False)
         self.register_buffer("packed", torch.ops.mkl._mkl_reorder_linear_weight(weight, PACKED_ROWS),
                              persistent=False)
-        bias = linear.bias.detach() if linear.bias is not None else None
-        self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        rows = x.reshape(-1, shape[-1])
-        if rows.shape[0] == 1 or rows.shape[0] > PACKED_MAX_ROWS:
+        n = x.numel() // self.in_features
+        if n == 1 or n > PACKED_MAX_ROWS:  # plain decoding steps and prefill blocks: torch's own call
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        y = torch.ops.mkl._mkl_linear(rows, self.packed, self.weight, self.bias, rows.shape[0])
-        return y.reshape(*shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        y = torch.ops.mkl._mkl_linear(x.reshape(n, self.in_features), self.packed, self.weight, self.bias, n)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
 
 def available() -> bool:

@@ -14,26 +14,21 @@ from __future__ import annotations
 
 import torch
 
+from .linear_base import LinearStandIn
 
-class OneDNNLinear(torch.nn.Module):
+
+class OneDNNLinear(LinearStandIn):
     """Drop-in for ``nn.Linear`` in inference: holds only the packed weight (and the bias, dense)."""
 
     def __init__(self, linear: torch.nn.Linear):
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        weight = linear.weight.detach()
-        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(weight), persistent=False)
-        bias = linear.bias.detach() if linear.bias is not None else None
-        self.register_buffer("bias", bias, persistent=False)
+        super().__init__(linear)
+        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach()),
+                             persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), self.packed, self.bias, "none", [], "")
         return y.reshape(*shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class RowDispatchLinear(OneDNNLinear):
