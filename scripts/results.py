@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     if doc.get("complete") is False:
         print(f"results.py: warning: {args.results} is from an unfinished run.", file=sys.stderr)
     if "runs" in doc and doc["runs"] and "method" in doc["runs"][0]:  # a vllm_bench file
-        name = re.sub(r"-[0-9a-f]{16}$", "", str(doc.get("model_name", doc.get("model"))))  # goose's cache key
-        body = (f"`{name}` (goose's converted folder) inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, one "
+        body = (f"`{doc.get('model_name', doc.get('model'))}` inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, one "
                 f"request at a time, {len({r['id'] for r in doc['runs']})} prompts.\n\n```bash\n{args.command}\n```\n\n"
                 + vllm_table(doc))
     else:

@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..model import ModelError
+from ..api import embedded_model_folder
+from ..model import EMBEDDED_NAME, ModelError
 from ..prompt_file import PromptFileError, read_prompts
 from . import goose_reference
 from .goose_reference import GooseReferenceError
@@ -32,14 +33,6 @@ DEFAULT_METHODS = "none,ngram,ngram:5,suffix,goose"
 
 class BenchError(ValueError):
     """Bad input or a failed run; one sentence."""
-
-
-def default_model() -> str:
-    """The embedded model's converted safetensors folder (converted now if it is not yet)."""
-    from ..gguf_convert import ensure_converted
-    from ..model import embedded_gguf
-
-    return str(ensure_converted(embedded_gguf()))
 
 
 def check_model_folder(path: str) -> None:
@@ -174,12 +167,13 @@ def bench(args) -> dict:
         check_model_folder(args.model)
     if importlib.util.find_spec("vllm") is None:
         raise BenchError("vLLM is not installed in this Python; run `make vllm-setup` and use .venv-vllm/bin/python.")
-    model = args.model or default_model()
+    model = args.model or embedded_model_folder()
     check_model_folder(model)
     log = Path(args.log) if args.log else Path(tempfile.mkstemp(prefix="vllm-bench-", suffix=".log")[1])
     spec = {"model": model, "k": args.num_speculative_tokens, "max_new_tokens": args.max_new_tokens,
             "max_model_len": args.max_model_len, "prompts": [{"id": p.id, "turns": list(p.turns)} for p in prompts]}
-    result = {"model": model, "model_name": Path(model).name, "max_new_tokens": args.max_new_tokens,
+    # the name goose bench gives the same model (the converted folder's own name carries a cache key)
+    result = {"model": model, "model_name": Path(model).name if args.model else EMBEDDED_NAME, "max_new_tokens": args.max_new_tokens,
               "num_speculative_tokens": args.num_speculative_tokens, "log": str(log), "runs": [], "summary": {},
               "skipped": {}}
     reference: dict[str, list[int]] = {}
