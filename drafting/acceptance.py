@@ -23,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from .row_max import row_argmax
 from .sampling import SamplingParams, sample, warp
 from .tree import DraftTree
 
@@ -43,7 +44,7 @@ def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
 
 def greedy_acceptor(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
     """Greedy acceptance over the tree's rows of ``logits`` (draft rows after the tree are ignored)."""
-    return greedy_accept(tree, logits[: len(tree)].argmax(-1).tolist())
+    return greedy_accept(tree, row_argmax(logits[: len(tree)]).tolist())
 
 
 def sibling_choice(

@@ -15,6 +15,7 @@ from .kv_cache import new_cache
 from .curve_watch import note_step, notice, settle
 from .model import LoadedModel
 from .phase_clock import PhaseClock
+from .row_max import row_topk
 from .speculators.base import Speculator, StepResult
 from .static_shapes import StaticForward, StaticShapes
 from .support import UnsupportedModelError, attention_layout  # noqa: F401 (UnsupportedModelError re-exported)
@@ -187,7 +188,7 @@ class Decoder:
             record.rows = record.info.pop("rows", None)
             result.output_ids.extend(emitted)
             if result.margins is not None:
-                top2 = logits[path].float().topk(2, dim=-1).values  # emitted[j] is the argmax at path[j]
+                top2 = row_topk(logits[path].float(), 2)[0]  # emitted[j] is the argmax at path[j]
                 result.margins.extend((top2[:, 0] - top2[:, 1]).tolist()[: len(emitted)])
             result.records.append(record)
             result.draft_s += record.draft_s

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..row_max import row_topk
+
 FORMAT = 1
 
 
@@ -78,7 +80,7 @@ class AdjacencyTable:
         logits = logits[:n]
         self._ensure_vocab(int(logits.shape[-1]))
         with torch.no_grad(), _one_cpu_thread(logits):
-            top, idx = torch.topk(logits, self.k, dim=-1)
+            top, idx = row_topk(logits, self.k)
             # scores are the softmax over the top-k only: a full log-sum-exp would double the cost of a
             # harvest (another pass over rows x vocab) for a small correction on flat distributions
             probs = torch.softmax(top.float(), dim=-1)

@@ -10,6 +10,7 @@ what its guesses will earn sizes its steps itself (PTD, ``online_budget = False`
 from __future__ import annotations
 
 from ..budget import OnlineBudget
+from ..row_max import row_argmax
 from ..tree import Draft, DraftTree
 from .base import Option, SpecError, Speculator, StepResult
 
@@ -74,7 +75,7 @@ class InModelDrafter(Speculator):
         """Argmax token of every draft row (one host sync); empty when the rows were dropped."""
         if not draft.rows:
             return []
-        return result.logits[len(draft.tree) :].argmax(-1).tolist()
+        return row_argmax(result.logits[len(draft.tree) :]).tolist()
 
     def stats(self) -> dict:
         out = dict(self.counts)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import random
 
 from ..budget import AcceptanceStats, paying_nodes
+from ..row_max import row_argmax
 from ..sources.token_trie import TriePool
 from ..tree import Draft, DraftRows, DraftTree
 from .base import Option, SpecError, StepResult
@@ -220,7 +221,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
             self._harvest_text(result.emitted)
         if draft.info.get("route") == "plain":
             return
-        top = result.logits.argmax(-1).tolist()  # one host sync for the guess tree and the draft rows
+        top = row_argmax(result.logits).tolist()  # one host sync for the guess tree and the draft rows
         t = len(draft.tree)
         self._harvest_guesses(draft.tree, top[:t])
         keys, self._guess_keys = self._guess_keys, None

@@ -1,0 +1,39 @@
+"""Per-row argmax and top-k over vocabulary-wide logits, fast on CPU.
+
+torch's CPU ``argmax`` and ``topk`` over a row of ~50k logits do not vectorise: on a 2-core machine an argmax of
+16 rows costs three times ``max(dim)`` and a top-10 four times the blocked search below (docs/measurements.md).
+Both run every step (the greedy acceptor, the adjacency harvest), so the difference is a few percent of a step.
+
+``row_argmax`` is ``max(dim).indices``: torch documents it, like ``argmax``, to return the first maximal index,
+so the tokens are the same, ties included. ``row_topk`` finds the row's best blocks of ``BLOCK`` logits by their
+maxima (a vectorised pass), then takes the top-k among those blocks only: every one of a row's k largest values
+lies in one of the k blocks with the largest maxima, so the values equal ``torch.topk``'s (indices may differ
+only between equal values).
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 64
+
+
+def row_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Index of each row's maximum (the first one on ties), like ``logits.argmax(-1)``."""
+    return logits.max(-1).indices
+
+
+def row_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, indices) of each row's ``k`` largest logits, largest first, like ``torch.topk(logits, k)``;
+    ``logits`` is (rows, vocab)."""
+    rows, vocab = logits.shape
+    blocks = vocab // BLOCK
+    if logits.device.type != "cpu" or blocks < 4 * k:  # GPU top-k is fast already; tiny vocabularies too
+        return torch.topk(logits, k, dim=-1)
+    body = logits[:, : blocks * BLOCK].unflatten(1, (blocks, BLOCK))
+    best = body.amax(-1).topk(k, dim=-1).indices
+    cols = (best.unsqueeze(-1) * BLOCK + torch.arange(BLOCK)).reshape(rows, k * BLOCK)
+    if blocks * BLOCK < vocab:  # the tail that fills no whole block is always searched
+        cols = torch.cat([cols, torch.arange(blocks * BLOCK, vocab).expand(rows, -1)], dim=-1)
+    values, at = logits.gather(1, cols).topk(k, dim=-1)
+    return values, cols.gather(1, at)
