@@ -6,6 +6,9 @@ for the few rows of a tree step that repacking is a large share of the cost. MKL
 packed copy (``cblas_sgemm_compute``, ``mkl::_mkl_linear``). One-row steps keep torch's own kernel (the numbers
 of plain decoding in ``float``, bit for bit), as do prefill blocks; tree steps of 2 to ``PACKED_MAX_ROWS`` rows
 take the packed product, which computes each row to float rounding like every other float32 kernel here.
+torch's own call stays faster for a few rows more on some machines (MKL's path for tiny products, measured on an
+AMX Xeon: 2 and 3 rows, docs/measurements.md), so ``split_rows`` times both on the model's own layers at load
+and hands torch's call every row count up to the last one where it wins.
 
 MKL documents the packed layout as made for one row count; torch's wrapper asks for the row count at call time,
 so ``works_here`` checks on this machine, at load, that a copy packed once gives the right numbers for every row
@@ -15,6 +18,8 @@ count it serves before the format is offered. Figures: docs/measurements.md.
 from __future__ import annotations
 
 import functools
+import statistics
+import time
 
 import torch
 
@@ -24,6 +29,8 @@ PACKED_ROWS = 16  # the row count handed to the packing call; the check covers t
 # Above this many rows (prefill, very wide trees) torch's own call is as fast or faster: its repacking is then a
 # small share of the product. Both give the same numbers there (MKL's sgemm either way).
 PACKED_MAX_ROWS = 32
+SPLIT_TRIED = (2, 3, 4, 5)  # few-row counts where torch's own call may beat the packed product
+SPLIT_PARAMS = 40_000_000  # weights timed by split_rows: enough layers to be representative, a bounded cost
 
 
 class MKLPackedLinear(LinearStandIn):
@@ -37,13 +44,52 @@ class MKLPackedLinear(LinearStandIn):
         self.register_buffer("weight", weight, persistent=False)
         self.register_buffer("packed", torch.ops.mkl._mkl_reorder_linear_weight(weight, PACKED_ROWS),
                              persistent=False)
+        self.torch_rows = 1  # row counts up to this take torch's own call (set by split_rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.numel() // self.in_features
-        if n == 1 or n > PACKED_MAX_ROWS:  # plain decoding steps and prefill blocks: torch's own call
+        if n <= self.torch_rows or n > PACKED_MAX_ROWS:  # plain decoding steps and prefill blocks: torch's own call
             return torch.nn.functional.linear(x, self.weight, self.bias)
         y = torch.ops.mkl._mkl_linear(x.reshape(n, self.in_features), self.packed, self.weight, self.bias, n)
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def split_rows(net: torch.nn.Module, rounds: int = 3) -> int:
+    """Time torch's own call against the packed product on ``net``'s MKL layers for each of ``SPLIT_TRIED`` row
+    counts (interleaved, median of ``rounds``), give torch's call every count up to the last one where it is
+    faster, and return that count (1: the packed product from two rows up)."""
+    layers = [m for m in net.modules() if isinstance(m, MKLPackedLinear)]
+    total = sum(m.weight.numel() for m in layers)
+    step = max(1, round(total / SPLIT_PARAMS))
+    timed = layers[::step]
+    gen = torch.Generator().manual_seed(0)
+    split = 1
+    with torch.inference_mode():
+        for n in SPLIT_TRIED:
+            xs = [torch.randn(n, m.in_features, generator=gen) for m in timed]
+            own, packed = [], []
+            for r in range(rounds + 1):  # the first round warms this shape up
+                t0 = time.perf_counter()
+                for m, x in zip(timed, xs):
+                    torch.nn.functional.linear(x, m.weight, m.bias)
+                t1 = time.perf_counter()
+                for m, x in zip(timed, xs):
+                    torch.ops.mkl._mkl_linear(x, m.packed, m.weight, m.bias, n)
+                t2 = time.perf_counter()
+                if r:
+                    own.append(t1 - t0)
+                    packed.append(t2 - t1)
+            if statistics.median(own) >= statistics.median(packed):
+                break
+            split = n
+    for m in layers:
+        m.torch_rows = split
+    return split
+
+
+def torch_rows_of(net: torch.nn.Module) -> int | None:
+    """The split ``split_rows`` chose for ``net`` (None: no MKL layers)."""
+    return next((m.torch_rows for m in net.modules() if isinstance(m, MKLPackedLinear)), None)
 
 
 def available() -> bool:

@@ -111,6 +111,25 @@ def test_mkl_layer_dispatches_on_rows_and_matches_torch_kernel():
             assert torch.allclose(layer(many), dense(many), atol=1e-5, rtol=1e-5), rows
 
 
+@needs_mkl
+def test_mkl_split_gives_torchs_call_the_rows_it_chose_and_the_packed_product_the_rest():
+    from drafting.mkl_linear import SPLIT_TRIED, MKLPackedLinear, split_rows, torch_rows_of
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 48)), MKLPackedLinear(torch.nn.Linear(48, 32)))
+    chosen = split_rows(net, rounds=1)
+    assert chosen in (1, *SPLIT_TRIED) and torch_rows_of(net) == chosen
+    assert torch_rows_of(torch.nn.Sequential(torch.nn.Linear(4, 4))) is None
+    layer = net[0]
+    layer.torch_rows = 3
+    with torch.inference_mode():
+        for rows in (2, 3, 4, 9):
+            x = torch.randn(rows, 64)
+            own = torch.nn.functional.linear(x, layer.weight, layer.bias)
+            packed = torch.ops.mkl._mkl_linear(x, layer.packed, layer.weight, layer.bias, rows)
+            assert torch.equal(layer(x), own if rows <= 3 else packed), rows
+
+
 def test_mkl_format_is_refused_outside_float32_on_cpu():
     from drafting.weights import WeightsError, check_format
 
