@@ -100,9 +100,9 @@ def _key(lm: LoadedModel, prefix: int) -> str:
     raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
     if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
         raw += f"|{lm.weights}"
-    split = mkl_linear.torch_rows_of(lm.model) if getattr(lm, "weights", "") == "mkl" else None
-    if split and split > 1:  # the rows torch's call takes are part of the mode: another split, another curve
-        raw += f"|torch<={split}"
+    split = mkl_linear.row_split_of(lm.model) if getattr(lm, "weights", "") == "mkl" else None
+    if split:  # the rows torch's call takes are part of the mode: another split, another curve
+        raw += f"|torch {split}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

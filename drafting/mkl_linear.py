@@ -7,8 +7,9 @@ packed copy (``cblas_sgemm_compute``, ``mkl::_mkl_linear``). One-row steps keep 
 of plain decoding in ``float``, bit for bit), as do prefill blocks; tree steps of 2 to ``PACKED_MAX_ROWS`` rows
 take the packed product, which computes each row to float rounding like every other float32 kernel here.
 torch's own call stays faster for a few rows more on some machines (MKL's path for tiny products, measured on an
-AMX Xeon: 2 and 3 rows, docs/measurements.md), so ``split_rows`` times both on the model's own layers at load
-and hands torch's call every row count up to the last one where it wins.
+AMX Xeon: 2 or 3 rows for most weight shapes, up to 8 for some, docs/measurements.md), so ``split_rows`` times
+both on the model's own layers at load, shape by shape, and hands torch's call every row count up to the last
+one where it wins.
 
 MKL documents the packed layout as made for one row count; torch's wrapper asks for the row count at call time,
 so ``works_here`` checks on this machine, at load, that a copy packed once gives the right numbers for every row
@@ -18,6 +19,8 @@ count it serves before the format is offered. Figures: docs/measurements.md.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import statistics
 import time
 
@@ -29,8 +32,8 @@ PACKED_ROWS = 16  # the row count handed to the packing call; the check covers t
 # Above this many rows (prefill, very wide trees) torch's own call is as fast or faster: its repacking is then a
 # small share of the product. Both give the same numbers there (MKL's sgemm either way).
 PACKED_MAX_ROWS = 32
-SPLIT_TRIED = (2, 3, 4, 5)  # few-row counts where torch's own call may beat the packed product
-SPLIT_PARAMS = 40_000_000  # weights timed by split_rows: enough layers to be representative, a bounded cost
+SPLIT_TRIED = (2, 3, 4, 5, 6, 8)  # few-row counts where torch's own call may beat the packed product
+SPLIT_PARAMS = 300_000_000  # weights timed by split_rows (all shapes together); a larger model is sampled
 
 
 class MKLPackedLinear(LinearStandIn):
@@ -54,42 +57,87 @@ class MKLPackedLinear(LinearStandIn):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def split_rows(net: torch.nn.Module, rounds: int = 3) -> int:
-    """Time torch's own call against the packed product on ``net``'s MKL layers for each of ``SPLIT_TRIED`` row
-    counts (interleaved, median of ``rounds``), give torch's call every count up to the last one where it is
-    faster, and return that count (1: the packed product from two rows up)."""
-    layers = [m for m in net.modules() if isinstance(m, MKLPackedLinear)]
-    total = sum(m.weight.numel() for m in layers)
-    step = max(1, round(total / SPLIT_PARAMS))
-    timed = layers[::step]
+def split_rows(net: torch.nn.Module, rounds: int = 5) -> dict[tuple[int, int], int]:
+    """For each weight shape among ``net``'s MKL layers, time torch's own call against the packed product at each
+    of ``SPLIT_TRIED`` row counts (interleaved, median of ``rounds``), give torch's call every count up to the
+    last one where it is faster, and return {(out, in): that count} (1: the packed product from two rows up).
+    Shapes differ (docs/measurements.md). The layers are timed as a forward meets them, every one of a shape in
+    turn, so their weights stream from memory; ``cached_split`` keeps the answer per machine."""
+    groups: dict[tuple[int, int], list[MKLPackedLinear]] = {}
+    for m in net.modules():
+        if isinstance(m, MKLPackedLinear):
+            groups.setdefault((m.out_features, m.in_features), []).append(m)
     gen = torch.Generator().manual_seed(0)
-    split = 1
+    splits = {}
     with torch.inference_mode():
-        for n in SPLIT_TRIED:
-            xs = [torch.randn(n, m.in_features, generator=gen) for m in timed]
-            own, packed = [], []
-            for r in range(rounds + 1):  # the first round warms this shape up
-                t0 = time.perf_counter()
-                for m, x in zip(timed, xs):
-                    torch.nn.functional.linear(x, m.weight, m.bias)
-                t1 = time.perf_counter()
-                for m, x in zip(timed, xs):
-                    torch.ops.mkl._mkl_linear(x, m.packed, m.weight, m.bias, n)
-                t2 = time.perf_counter()
-                if r:
-                    own.append(t1 - t0)
-                    packed.append(t2 - t1)
-            if statistics.median(own) >= statistics.median(packed):
-                break
-            split = n
-    for m in layers:
-        m.torch_rows = split
+        for shape, layers in groups.items():
+            share = SPLIT_PARAMS // len(groups)  # each shape's timed layers: a bounded, representative sample
+            timed = layers[:: max(1, round(len(layers) * shape[0] * shape[1] / share))]  # all, up to the cap
+            splits[shape] = _split_of(timed, rounds, gen)
+            for m in layers:
+                m.torch_rows = splits[shape]
+    return splits
+
+
+def _split_of(layers: list[MKLPackedLinear], rounds: int, gen: torch.Generator) -> int:
+    """The last of ``SPLIT_TRIED`` up to which torch's call beats the packed product on ``layers`` (1: none)."""
+    split = 1
+    for n in SPLIT_TRIED:
+        xs = [torch.randn(n, m.in_features, generator=gen) for m in layers]
+        own, packed = [], []
+        for r in range(rounds + 1):  # the first round warms this shape up
+            t0 = time.perf_counter()
+            for m, x in zip(layers, xs):
+                torch.nn.functional.linear(x, m.weight, m.bias)
+            t1 = time.perf_counter()
+            for m, x in zip(layers, xs):
+                torch.ops.mkl._mkl_linear(x, m.packed, m.weight, m.bias, n)
+            t2 = time.perf_counter()
+            if r:
+                own.append(t1 - t0)
+                packed.append(t2 - t1)
+        if statistics.median(own) >= statistics.median(packed):
+            break
+        split = n
     return split
 
 
-def torch_rows_of(net: torch.nn.Module) -> int | None:
-    """The split ``split_rows`` chose for ``net`` (None: no MKL layers)."""
-    return next((m.torch_rows for m in net.modules() if isinstance(m, MKLPackedLinear)), None)
+def cached_split(net: torch.nn.Module) -> dict[tuple[int, int], int]:
+    """``split_rows`` measured once per machine and set of weight shapes (cached under the goose cache folder;
+    a measurement taken while other processes held the cores is used but not kept)."""
+    from .machine_load import LoadMeter
+    from .mode_probe import machine_identity
+    from .model import cache_dir
+
+    shapes = sorted({(m.out_features, m.in_features) for m in net.modules() if isinstance(m, MKLPackedLinear)})
+    key = json.dumps({"machine": machine_identity(), "shapes": shapes, "tried": SPLIT_TRIED}, sort_keys=True)
+    path = cache_dir() / "mkl-split" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    try:
+        found = {tuple(map(int, k.split("x"))): int(n) for k, n in json.loads(path.read_text()).items()}
+        if set(found) == set(shapes):
+            for m in net.modules():
+                if isinstance(m, MKLPackedLinear):
+                    m.torch_rows = found[(m.out_features, m.in_features)]
+            return found
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    with LoadMeter() as meter:
+        splits = split_rows(net)
+    if meter.load is None or not meter.load.busy:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({f"{o}x{i}": n for (o, i), n in splits.items()}))
+        except OSError:
+            pass  # the cache saves a second of the next load; never fail a load over it
+    return splits
+
+
+def row_split_of(net: torch.nn.Module) -> str | None:
+    """What ``split_rows`` chose for ``net``, as text ("576x1536<=8 ..."; None: no MKL layer takes torch's call
+    beyond one row)."""
+    chosen = sorted({(m.out_features, m.in_features, m.torch_rows) for m in net.modules()
+                     if isinstance(m, MKLPackedLinear) and m.torch_rows > 1})
+    return " ".join(f"{o}x{i}<={n}" for o, i, n in chosen) or None
 
 
 def available() -> bool:

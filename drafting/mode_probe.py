@@ -81,12 +81,23 @@ def candidates(dtype: torch.dtype) -> tuple[str, ...]:
 
 
 def fingerprint(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype) -> dict:
-    from .openmp import USER_KNOBS
-
-    cpu, flags = _cpu_identity()
     config = net.config.to_json_string() if hasattr(net, "config") else ""
     return {
         "probe": PROBE_VERSION,
+        **machine_identity(),
+        "model": name,
+        "config": hashlib.sha256(config.encode()).hexdigest()[:16],
+        "device": str(device),
+        "dtype": str(dtype).replace("torch.", ""),
+    }
+
+
+def machine_identity() -> dict:
+    """What decides which kernel is fastest, the model aside: CPU, cores, torch, threads, OpenMP settings."""
+    from .openmp import USER_KNOBS
+
+    cpu, flags = _cpu_identity()
+    return {
         "machine": platform.machine(),
         "cpu": cpu,
         "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
@@ -94,10 +105,6 @@ def fingerprint(net: torch.nn.Module, name: str, device: torch.device, dtype: to
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "openmp": {k: os.environ[k] for k in USER_KNOBS if k in os.environ},
-        "model": name,
-        "config": hashlib.sha256(config.encode()).hexdigest()[:16],
-        "device": str(device),
-        "dtype": str(dtype).replace("torch.", ""),
     }
 
 

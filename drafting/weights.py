@@ -76,7 +76,7 @@ def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
         return net
     replace_linear_layers(net, layer_class(weights))
     if weights == "mkl":
-        mkl_linear.split_rows(net)  # which few-row products torch's own call still does faster, timed here
+        mkl_linear.cached_split(net)  # which few-row products torch's own call still does faster here
     return net
 
 

@@ -113,13 +113,19 @@ def test_mkl_layer_dispatches_on_rows_and_matches_torch_kernel():
 
 @needs_mkl
 def test_mkl_split_gives_torchs_call_the_rows_it_chose_and_the_packed_product_the_rest():
-    from drafting.mkl_linear import SPLIT_TRIED, MKLPackedLinear, split_rows, torch_rows_of
+    from drafting.mkl_linear import SPLIT_TRIED, MKLPackedLinear, row_split_of, split_rows
 
     torch.manual_seed(0)
-    net = torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 48)), MKLPackedLinear(torch.nn.Linear(48, 32)))
+    net = torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 48)), MKLPackedLinear(torch.nn.Linear(48, 32)),
+                              MKLPackedLinear(torch.nn.Linear(64, 48)))
     chosen = split_rows(net, rounds=1)
-    assert chosen in (1, *SPLIT_TRIED) and torch_rows_of(net) == chosen
-    assert torch_rows_of(torch.nn.Sequential(torch.nn.Linear(4, 4))) is None
+    assert set(chosen) == {(48, 64), (32, 48)} and set(chosen.values()) <= {1, *SPLIT_TRIED}
+    assert net[0].torch_rows == net[2].torch_rows == chosen[(48, 64)] and net[1].torch_rows == chosen[(32, 48)]
+    net[0].torch_rows = net[2].torch_rows = 1
+    net[1].torch_rows = 4
+    assert row_split_of(net) == "32x48<=4"
+    net[1].torch_rows = 1
+    assert row_split_of(net) is None
     layer = net[0]
     layer.torch_rows = 3
     with torch.inference_mode():
@@ -128,6 +134,24 @@ def test_mkl_split_gives_torchs_call_the_rows_it_chose_and_the_packed_product_th
             own = torch.nn.functional.linear(x, layer.weight, layer.bias)
             packed = torch.ops.mkl._mkl_linear(x, layer.packed, layer.weight, layer.bias, rows)
             assert torch.equal(layer(x), own if rows <= 3 else packed), rows
+
+
+@needs_mkl
+def test_mkl_split_is_measured_once_per_machine_and_shapes(tmp_path, monkeypatch):
+    from drafting import mkl_linear
+    from drafting.mkl_linear import MKLPackedLinear, cached_split
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    make = lambda: torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 48)), MKLPackedLinear(torch.nn.Linear(48, 32)))
+    monkeypatch.setattr(mkl_linear, "split_rows", lambda net: {(48, 64): 5, (32, 48): 1})
+    assert cached_split(make()) == {(48, 64): 5, (32, 48): 1}
+    monkeypatch.setattr(mkl_linear, "split_rows", lambda net: pytest.fail("measured again"))
+    again = make()
+    assert cached_split(again) == {(48, 64): 5, (32, 48): 1}  # read back, applied without timing
+    assert again[0].torch_rows == 5 and again[1].torch_rows == 1
+    other = torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 40)))
+    with pytest.raises(pytest.fail.Exception):
+        cached_split(other)  # other shapes: measured
 
 
 def test_mkl_format_is_refused_outside_float32_on_cpu():
