@@ -28,9 +28,11 @@ from .model import LoadedModel, cache_dir
 from .tree import Draft, DraftTree
 from .verify import Forward
 
-# Between 8 and 32 rows the points are close: CPU kernels change path there (MKL's small-row product stops at
-# 16 rows), and a budget reading a straight line from 16 to 32 would price trees of 17-24 rows far too low.
-DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128)
+# The points are close where CPU kernels change path: up to 8 rows (torch's own call for the few-row products it
+# does faster, drafting.mkl_linear: a 3-row forward costs far less than halfway between 2 and 4) and between 8
+# and 32 (MKL's small-row product stops at 16 rows; a straight line from 16 to 32 prices 17-24 rows far too low).
+DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128)
+SMALL_ROWS = 8
 
 
 @dataclass
@@ -125,7 +127,8 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
             tree.add(t, 0, "probe")
         draft = Draft(tree=tree)
         times = []
-        for r in range(repeats + 1):
+        # small steps are cheap to repeat and the budget reads their differences (a few ms), so they get more
+        for r in range((repeats if n > SMALL_ROWS else 2 * repeats + 1) + 1):
             t0 = time.perf_counter()
             fwd.step(draft, cache)
             _sync(lm)
