@@ -63,10 +63,7 @@ def split_rows(net: torch.nn.Module, rounds: int = 5) -> dict[tuple[int, int], i
     last one where it is faster, and return {(out, in): that count} (1: the packed product from two rows up).
     Shapes differ (docs/measurements.md). The layers are timed as a forward meets them, every one of a shape in
     turn, so their weights stream from memory; ``cached_split`` keeps the answer per machine."""
-    groups: dict[tuple[int, int], list[MKLPackedLinear]] = {}
-    for m in net.modules():
-        if isinstance(m, MKLPackedLinear):
-            groups.setdefault((m.out_features, m.in_features), []).append(m)
+    groups = _by_shape(net)
     gen = torch.Generator().manual_seed(0)
     splits = {}
     with torch.inference_mode():
@@ -74,9 +71,23 @@ def split_rows(net: torch.nn.Module, rounds: int = 5) -> dict[tuple[int, int], i
             share = SPLIT_PARAMS // len(groups)  # each shape's timed layers: a bounded, representative sample
             timed = layers[:: max(1, round(len(layers) * shape[0] * shape[1] / share))]  # all, up to the cap
             splits[shape] = _split_of(timed, rounds, gen)
-            for m in layers:
-                m.torch_rows = splits[shape]
+    _apply(groups, splits)
     return splits
+
+
+def _by_shape(net: torch.nn.Module) -> dict[tuple[int, int], list[MKLPackedLinear]]:
+    """``net``'s MKL layers grouped by weight shape (out, in)."""
+    groups: dict[tuple[int, int], list[MKLPackedLinear]] = {}
+    for m in net.modules():
+        if isinstance(m, MKLPackedLinear):
+            groups.setdefault((m.out_features, m.in_features), []).append(m)
+    return groups
+
+
+def _apply(groups: dict[tuple[int, int], list[MKLPackedLinear]], splits: dict[tuple[int, int], int]) -> None:
+    for shape, layers in groups.items():
+        for m in layers:
+            m.torch_rows = splits[shape]
 
 
 def _split_of(layers: list[MKLPackedLinear], rounds: int, gen: torch.Generator) -> int:
@@ -109,15 +120,13 @@ def cached_split(net: torch.nn.Module) -> dict[tuple[int, int], int]:
     from .mode_probe import machine_identity
     from .model import cache_dir
 
-    shapes = sorted({(m.out_features, m.in_features) for m in net.modules() if isinstance(m, MKLPackedLinear)})
-    key = json.dumps({"machine": machine_identity(), "shapes": shapes, "tried": SPLIT_TRIED}, sort_keys=True)
+    groups = _by_shape(net)
+    key = json.dumps({"machine": machine_identity(), "shapes": sorted(groups), "tried": SPLIT_TRIED}, sort_keys=True)
     path = cache_dir() / "mkl-split" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     try:
         found = {tuple(map(int, k.split("x"))): int(n) for k, n in json.loads(path.read_text()).items()}
-        if set(found) == set(shapes):
-            for m in net.modules():
-                if isinstance(m, MKLPackedLinear):
-                    m.torch_rows = found[(m.out_features, m.in_features)]
+        if set(found) == set(groups):
+            _apply(groups, found)
             return found
     except (OSError, ValueError, TypeError, AttributeError):
         pass
@@ -135,8 +144,8 @@ def cached_split(net: torch.nn.Module) -> dict[tuple[int, int], int]:
 def row_split_of(net: torch.nn.Module) -> str | None:
     """What ``split_rows`` chose for ``net``, as text ("576x1536<=8 ..."; None: no MKL layer takes torch's call
     beyond one row)."""
-    chosen = sorted({(m.out_features, m.in_features, m.torch_rows) for m in net.modules()
-                     if isinstance(m, MKLPackedLinear) and m.torch_rows > 1})
+    chosen = sorted({(*shape, m.torch_rows) for shape, layers in _by_shape(net).items() for m in layers
+                     if m.torch_rows > 1})
     return " ".join(f"{o}x{i}<={n}" for o, i, n in chosen) or None
 
 
