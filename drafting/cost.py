@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 import torch
 from .kv_cache import new_cache
 
-from . import mkl_linear
 from .model import LoadedModel, cache_dir
 from .tree import Draft, DraftTree
 from .verify import Forward
+from .weights import format_key
 
 # The points are close where CPU kernels change path: up to 8 rows (torch's own call for the few-row products it
 # does faster, drafting.mkl_linear: a 3-row forward costs far less than halfway between 2 and 4) and between 8
@@ -101,10 +101,7 @@ def _sync(lm: LoadedModel) -> None:
 def _key(lm: LoadedModel, prefix: int) -> str:
     raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
     if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
-        raw += f"|{lm.weights}"
-    split = mkl_linear.row_split_of(lm.model) if getattr(lm, "weights", "") == "mkl" else None
-    if split:  # the rows torch's call takes are part of the mode: another split, another curve
-        raw += f"|torch {split}"
+        raw += f"|{format_key(lm.model, lm.weights)}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

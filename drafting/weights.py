@@ -80,6 +80,13 @@ def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
     return net
 
 
+def format_key(net: torch.nn.Module, weights: str) -> str:
+    """The format as caches of its timings tell it apart: its name, and for ``mkl`` the few-row products it
+    leaves to torch's call (another split is another speed)."""
+    split = mkl_linear.row_split_of(net) if weights == "mkl" else None
+    return f"{weights}|torch {split}" if split else weights
+
+
 def layer_class(weights: str):
     """The layer that replaces ``nn.Linear`` in a concrete non-float format."""
     layer = {"onednn": onednn_linear.OneDNNLinear, "dual": onednn_linear.RowDispatchLinear,
