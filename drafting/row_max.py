@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 BLOCK = 64
+_IN_BLOCK = torch.arange(BLOCK)  # offsets within a block, made once (the blocked path runs on CPU only)
 
 
 def row_argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -32,7 +33,7 @@ def row_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.topk(logits, k, dim=-1)
     body = logits[:, : blocks * BLOCK].unflatten(1, (blocks, BLOCK))
     best = body.amax(-1).topk(k, dim=-1).indices
-    cols = (best.unsqueeze(-1) * BLOCK + torch.arange(BLOCK)).reshape(rows, k * BLOCK)
+    cols = (best.unsqueeze(-1) * BLOCK + _IN_BLOCK).reshape(rows, k * BLOCK)
     if blocks * BLOCK < vocab:  # the tail that fills no whole block is always searched
         cols = torch.cat([cols, torch.arange(blocks * BLOCK, vocab).expand(rows, -1)], dim=-1)
     values, at = logits.gather(1, cols).topk(k, dim=-1)

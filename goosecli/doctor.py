@@ -24,7 +24,7 @@ def doctor(
     prefix: Annotated[int, typer.Option("--prefix", help="Tokens already in the KV cache when the forwards are timed (also the prefill length timed).", min=1)] = 256,
     max_rows: Annotated[
         Optional[int],
-        typer.Option("--max-rows", help="Time the cost curve's sizes (1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128) up to this, and this; 128 also refreshes the cached curve; default: only 1, 4 and 16 rows, to keep the run short.", min=1, max=1024),
+        typer.Option("--max-rows", help="Time the cost curve's sizes (close up to 32 rows, then 48, 64, 128) up to this, and this; 128 also refreshes the cached curve; default: only 1, 4 and 16 rows, to keep the run short.", min=1, max=1024),
     ] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed forwards per size (the median is kept), after one warm-up.", min=1, max=50)] = 3,
     even_if_busy: Annotated[bool, typer.Option("--even-if-busy", help="Measure every mode and print the figures even when other processes keep the machine busy (they are then not this machine's speed).")] = False,
