@@ -7,7 +7,7 @@ The Python entry points load nothing until first used, so ``import drafting`` st
 - ``model.generate(**inputs, custom_generate=drafting.custom_generate, speculator="goose")``
 - ``drafting.ChatSession`` -> a conversation whose KV cache is kept between turns
 
-Importing it before torch sets goose's OpenMP start-up settings (drafting.openmp: a bounded spin that keeps the
+Importing it before torch sets goose's OpenMP start-up settings (drafting.machine.openmp: a bounded spin that keeps the
 speed alone and shares the cores with other processes); imported after torch, or with any OpenMP wait or
 thread variable set by the user, or with ``GOOSE_OPENMP=keep``, it changes nothing.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from .openmp import apply_startup_settings
+from drafting.machine.openmp import apply_startup_settings
 
 apply_startup_settings()
 
@@ -28,14 +28,14 @@ _EXPORTS = {
     "Stream": "api",
     "forget_models": "api",
     "embedded_model_folder": "api",
-    "custom_generate": "hf_custom",
-    "ChatSession": "chat_session",
-    "Detokenizer": "detokenize",
-    "load_model": "model",
-    "ModelError": "model",
-    "ContextError": "decode",
-    "UnsupportedModelError": "decode",
-    "SpecError": "speculators",
+    "custom_generate": "integrations.custom_generate",
+    "ChatSession": "chat.session",
+    "Detokenizer": "models.detokenize",
+    "load_model": "models.loader",
+    "ModelError": "errors",
+    "ContextError": "errors",
+    "UnsupportedModelError": "errors",
+    "SpecError": "errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """goose from Python: ``generate`` returns a whole answer, ``stream`` yields it piece by piece as steps are
 accepted. Both take a prompt string or a list of chat messages and any model ``goose --model`` takes, or a
-transformers model object the caller already has (left as it was found, see drafting.user_model).
+transformers model object the caller already has (left as it was found, see drafting.models.borrowed).
 
 Models goose loads are kept for the life of the process, one per (model, device, dtype, weights), together
 with one decoder per speculator spec, so a loop of calls loads once and the speculators' learned tables stay
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from .trace import StepRecord
+from drafting.engine.trace import StepRecord
 
 DEFAULT_SPECULATOR = "goose"
 
@@ -43,8 +43,8 @@ class Piece(NamedTuple):
 def embedded_model_folder() -> str:
     """The embedded model as a plain transformers folder (converted once from its GGUF into goose's cache), for
     ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``."""
-    from .gguf_convert import ensure_converted
-    from .model import _quiet_transformers, embedded_gguf
+    from drafting.models.gguf_convert import ensure_converted
+    from drafting.models.loader import _quiet_transformers, embedded_gguf
 
     _quiet_transformers()
     return str(ensure_converted(embedded_gguf()))
@@ -78,14 +78,14 @@ def stream(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPEC
     lm, key = _model(model, tokenizer, device, dtype, weights)
     prompt_ids = _encode(lm.tokenizer, prompt, chat)
     if getattr(lm, "borrowed", False):
-        from .user_model import borrowed
+        from drafting.models.borrowed import borrowed
 
         with borrowed(lm.model):  # a tree speculator may time the model's forward passes as it will run
             decoder = _decoder(lm, key, speculator, fresh=True)
     else:
         decoder = _decoder(lm, key, speculator, fresh=seed is not None)
-    from .acceptance import make_acceptor
-    from .sampling import SamplingParams
+    from drafting.engine.acceptance import make_acceptor
+    from drafting.engine.sampling import SamplingParams
 
     decoder.acceptor = make_acceptor(SamplingParams(temperature, top_k, top_p, seed))
     decoder.check_fits(prompt_ids)  # ContextError (one sentence) before anything runs
@@ -112,8 +112,8 @@ class Stream:
     def _run(self, decoder, prompt_ids, max_new_tokens, stops) -> Iterator[Piece]:
         from contextlib import nullcontext
 
-        from .detokenize import Detokenizer
-        from .user_model import borrowed
+        from drafting.models.detokenize import Detokenizer
+        from drafting.models.borrowed import borrowed
 
         lm = self.lm
         detok = Detokenizer(lm.tokenizer, lm.eos_ids)
@@ -201,7 +201,7 @@ def _check_options(max_new_tokens, temperature, top_k, top_p, seed, stop) -> lis
 
 
 def _model(model, tokenizer, device: str, dtype: str, weights: str):
-    from .user_model import is_model_object, wrap_model
+    from drafting.models.borrowed import is_model_object, wrap_model
 
     if is_model_object(model):
         if tokenizer is None:
@@ -217,15 +217,15 @@ def _model(model, tokenizer, device: str, dtype: str, weights: str):
         raise ValueError("tokenizer= goes with a model object; a model goose loads brings its own tokenizer.")
     key = (model, device, dtype, weights)
     if key not in _MODELS:
-        from .model import load_model
+        from drafting.models.loader import load_model
 
         _MODELS[key] = load_model(model, device=device, dtype=dtype, weights=weights)
     return _MODELS[key], key
 
 
 def _decoder(lm, key, speculator: str, fresh: bool):
-    from .decode import Decoder
-    from .speculators import create
+    from drafting.engine.decode import Decoder
+    from drafting.speculators import create
 
     if not isinstance(speculator, str):
         raise ValueError(f"speculator must be a spec string such as 'goose' or 'pld:draft=8', not {speculator!r}.")
@@ -239,7 +239,7 @@ def _decoder(lm, key, speculator: str, fresh: bool):
 
 
 def _encode(tokenizer, prompt, chat: bool) -> list[int]:
-    from .prompting import encode
+    from drafting.models.chat_template import encode
 
     if isinstance(prompt, str):
         if not prompt.strip():

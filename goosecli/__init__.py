@@ -1,6 +1,6 @@
 """The `goose` command line. Importing it sets goose's OpenMP start-up settings before torch loads (see
-drafting.openmp; a setting the user made is never overridden)."""
+drafting.machine.openmp; a setting the user made is never overridden)."""
 
-from drafting.openmp import apply_startup_settings
+from drafting.machine.openmp import apply_startup_settings
 
 apply_startup_settings()

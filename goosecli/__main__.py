@@ -1,3 +1,3 @@
-from .main import app
+from goosecli.main import app
 
 app()

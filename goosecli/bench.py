@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .main import app
-from .options import (
+from goosecli.main import app
+from goosecli.options import (
     Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, Temperature, TopK, TopP, Weights, fail, load_or_fail,
     sampling_or_fail,
 )
@@ -53,16 +53,17 @@ def bench(
 ) -> None:
     """Run speculators in turn on every prompt, check each output against `ar` and report speedups."""
     from drafting.bench import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
-    from drafting.decode import UnsupportedModelError
-    from drafting.curve_watch import take_notices
-    from drafting.hf_generate import NAME as HF_AR
-    from drafting.openmp import describe_settings
-    from drafting.hf_pld import NAME as HF_PLD
-    from drafting.llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, LlamaCppError
-    from drafting.prompt_file import PromptFileError, read_prompts
-    from drafting.speculators import SpecError, parse_spec
+    from drafting.errors import UnsupportedModelError
+    from drafting.machine.curve_watch import take_notices
+    from drafting.baselines.hf_generate import NAME as HF_AR
+    from drafting.machine.openmp import describe_settings
+    from drafting.baselines.hf_pld import NAME as HF_PLD
+    from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, LlamaCppError
+    from drafting.bench.prompt_file import PromptFileError, read_prompts
+    from drafting.errors import SpecError
+    from drafting.speculators import parse_spec
 
-    from .bench_report import Report
+    from goosecli.bench_report import Report
 
     params = sampling_or_fail(temperature, top_k, top_p, seed)
     task_set = {t.strip() for t in tasks.split(",") if t.strip()} if tasks else None

@@ -35,7 +35,7 @@ class Report:
     @contextmanager
     def progress(self, total: int):
         from drafting.bench import Skip
-        from drafting.curve_watch import take_notices
+        from drafting.machine.curve_watch import take_notices
 
         bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

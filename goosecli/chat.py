@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .main import app
-from .options import (
+from goosecli.main import app
+from goosecli.options import (
     Device,
     DeviceMap,
     Dtype,
@@ -48,8 +48,9 @@ def chat(
     seed: Seed = None,
 ) -> None:
     """Chat through a speculator and watch each step's tree and the live speed."""
-    from drafting.acceptance import make_acceptor
-    from drafting.speculators import SpecError, registry
+    from drafting.engine.acceptance import make_acceptor
+    from drafting.errors import SpecError
+    from drafting.speculators import registry
 
     params = sampling_or_fail(temperature, top_k, top_p, seed)
     acceptor = make_acceptor(params)
@@ -62,7 +63,7 @@ def chat(
         fail(f"--trace {str(trace)!r} is a folder; give a file name for the trace.")
     lm = load_or_fail(model, device, dtype, device_map, weights)
 
-    from drafting.chat_session import ChatSession
+    from drafting.chat.session import ChatSession
 
     try:
         session = ChatSession(lm, speculator, acceptor=acceptor, max_new_tokens=max_new_tokens, system=system,
@@ -88,7 +89,7 @@ def run_plain(session, interactive: bool) -> None:
     """Answer prompts line by line, streaming each answer; a one-line summary per answer goes to stderr."""
     from rich.console import Console
 
-    from drafting.decode import ContextError
+    from drafting.errors import ContextError
 
     out, err = Console(highlight=False), Console(stderr=True, highlight=False)
     with err.status("measuring plain decoding (ar) for the speedup figure…"):
@@ -122,7 +123,7 @@ def run_plain(session, interactive: bool) -> None:
 
 def answer(session, text: str, out, err) -> None:
     from tui.marks import PROVENANCE_STYLE, provenance
-    from drafting.detokenize import Detokenizer
+    from drafting.models.detokenize import Detokenizer
     from tui.stats import LiveStats
 
     stats = LiveStats()

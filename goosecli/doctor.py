@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .main import app
-from .options import Device, Model, fail
+from goosecli.main import app
+from goosecli.options import Device, Model, fail
 
 
 @app.command()
@@ -38,10 +38,11 @@ def doctor(
     from rich.console import Console
     from rich.table import Table
 
-    from drafting.cost import DEFAULT_SIZES
-    from drafting.model import ModelError, resolve_device
-    from drafting.mode_probe import write_cached
-    from drafting.profile import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, weights_choices
+    from drafting.machine.cost_curve import DEFAULT_SIZES
+    from drafting.errors import ModelError
+    from drafting.models.loader import resolve_device
+    from drafting.weights.probe import write_cached
+    from drafting.machine.doctor import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, weights_choices
 
     try:
         dev = resolve_device(device)

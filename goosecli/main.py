@@ -14,7 +14,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from . import bench, chat, doctor, viz  # noqa: F401  (each module adds its command to `app`)
+    from goosecli import bench, chat, doctor, viz  # noqa: F401  (each module adds its command to `app`)
 
 
 _register()

@@ -35,7 +35,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None, weights: str = "auto"):
-    from drafting.model import ModelError, load_model
+    from drafting.errors import ModelError
+    from drafting.models.loader import load_model
 
     try:
         return load_model(model, device=device, dtype=dtype, device_map=device_map, weights=weights)
@@ -44,7 +45,7 @@ def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | N
 
 
 def sampling_or_fail(temperature: float, top_k: int, top_p: float, seed: int | None):
-    from drafting.sampling import SamplingParams
+    from drafting.engine.sampling import SamplingParams
 
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     try:
@@ -55,7 +56,8 @@ def sampling_or_fail(temperature: float, top_k: int, top_p: float, seed: int | N
 
 
 def speculator_or_fail(spec: str):
-    from drafting.speculators import SpecError, create
+    from drafting.errors import SpecError
+    from drafting.speculators import create
 
     try:
         return create(spec)

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .main import app
-from .options import (
+from goosecli.main import app
+from goosecli.options import (
     Device,
     DeviceMap,
     Dtype,
@@ -50,7 +50,7 @@ def viz(
     seed: Seed = None,
 ) -> None:
     """Step through speculation trees: the GOOSE spine tree beside the PTD draft tree, at the same output position."""
-    from drafting.trace import TraceError, read_trace
+    from drafting.engine.trace import TraceError, read_trace
 
     if prompt is not None and traces:
         fail("Give trace files or --prompt, not both.")
@@ -107,11 +107,12 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
 
     from rich.console import Console
 
-    from drafting.decode import ContextError, Decoder
-    from drafting.prompting import encode
-    from drafting.acceptance import make_acceptor
-    from drafting.sampling import SamplingParams
-    from drafting.trace import TraceWriter
+    from drafting.errors import ContextError
+    from drafting.engine.decode import Decoder
+    from drafting.models.chat_template import encode
+    from drafting.engine.acceptance import make_acceptor
+    from drafting.engine.sampling import SamplingParams
+    from drafting.engine.trace import TraceWriter
 
     specs = [s.strip() for s in speculators.split(",") if s.strip()]
     if not specs:

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from drafting.bench import BenchSettings, ResultsFile, build_contenders, run_bench
-from drafting.prompt_file import read_prompts
-from drafting.sampling import SamplingParams
+from drafting.bench.prompt_file import read_prompts
+from drafting.engine.sampling import SamplingParams
 
 SPECS = "ar,pld,goose"
 

@@ -84,7 +84,7 @@ def doctor(p: dict, device: torch.device) -> dict:
 def bench_model(p: dict, device: torch.device, model: str | None, dtype: torch.dtype):
     if model is None:
         return random_llama(p["bench_shape"], device, dtype, tokenizer=byte_tokenizer()), True
-    from drafting.model import load_model
+    from drafting.models.loader import load_model
 
     return load_model(model, device=str(device), dtype=str(dtype).replace("torch.", "")), False
 

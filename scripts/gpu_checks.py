@@ -9,12 +9,12 @@ import time
 import torch
 
 from drafting.bench import TIE_MARGIN  # the bench's near-tie rule: a flip where `ar`'s top-2 gap is this small
-from drafting.cost import measure
-from drafting.decode import Decoder
-from drafting.kv_cache import new_cache
+from drafting.machine.cost_curve import measure
+from drafting.engine.decode import Decoder
+from drafting.engine.kv_cache import new_cache
 from drafting.speculators import create
-from drafting.tree import Draft, DraftTree
-from drafting.verify import Forward
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.forward import Forward
 
 FP32_ATOL = 1e-3  # tree vs sequential logits in float32 (kernels differ between row counts, the maths does not)
 

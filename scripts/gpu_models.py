@@ -43,8 +43,8 @@ def random_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int
     (an 8B model is never materialised on the host)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from drafting.attention import use_grouped_attention
-    from drafting.model import LoadedModel
+    from drafting.engine.attention import use_grouped_attention
+    from drafting.engine.loaded_model import LoadedModel
 
     cfg = dict(SHAPES[shape])
     eos = 256 if tokenizer is not None else cfg["vocab_size"] - 1

@@ -12,7 +12,7 @@ Run it on an otherwise idle machine, from the repository root:
     .venv/bin/python scripts/omp_policy.py --seconds 10 --speculator goose --json omp.json
 
 The OpenMP variables of the calling shell are not passed on (each candidate names its own). The default that
-goose applies lives in ``drafting.openmp.STARTUP_SETTINGS``.
+goose applies lives in ``drafting.machine.openmp.STARTUP_SETTINGS``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "GOOSE_OPENMP")
 CANDIDATES = {
     "runtime default": {"GOOSE_OPENMP": "keep"},
-    "goose default": {},  # goose as shipped: drafting.openmp.STARTUP_SETTINGS and thread sharing
+    "goose default": {},  # goose as shipped: drafting.machine.openmp.STARTUP_SETTINGS and thread sharing
     "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
     "spin 1000": {"GOMP_SPINCOUNT": "1000"},
     "spin 10000": {"GOMP_SPINCOUNT": "10000"},
@@ -44,9 +44,9 @@ def worker(args) -> None:
     import drafting  # noqa: F401  (applies goose's start-up settings before torch, unless told to keep)
     import torch
 
-    from drafting.decode import Decoder
-    from drafting.model import load_model
-    from drafting.prompting import encode
+    from drafting.engine.decode import Decoder
+    from drafting.models.loader import load_model
+    from drafting.models.chat_template import encode
     from drafting.speculators import create
 
     lm = load_model(args.model, device="cpu", dtype=args.dtype, weights=args.weights)

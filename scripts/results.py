@@ -56,7 +56,7 @@ def table(doc: dict) -> str:
 
 
 def vllm_table(doc: dict) -> str:
-    """A `drafting.integrations.vllm_bench --json` file: each method inside vLLM against vLLM without
+    """A `scripts.vllm_bench --json` file: each method inside vLLM against vLLM without
     speculation, then (with --against) vLLM's plain output against goose bench's `ar` and goose's speeds."""
     summary = doc["summary"]
     base = summary.get("none", {}).get("tokens_per_s") or 0.0

@@ -21,11 +21,11 @@ vllm() {  # vLLM's own methods and GooseProposer, checked against the smollm2 ru
   local args="--max-new-tokens 128 --methods none,ngram,ngram:5,suffix,goose --json results/vllm.json --against results/smollm2.json"
   [ -f results/smollm2.json ] || { echo "results.sh: run 'scripts/results.sh smollm2' first (vllm compares with it)." >&2; exit 2; }
   [ -x .venv-vllm/bin/python ] || { echo "results.sh: run 'make vllm-setup' first." >&2; exit 2; }
-  echo "== python -m drafting.integrations.vllm_bench $PROMPTS $args" >&2
+  echo "== python -m scripts.vllm_bench $PROMPTS $args" >&2
   # shellcheck disable=SC2086
-  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} .venv-vllm/bin/python -m drafting.integrations.vllm_bench "$PROMPTS" $args
+  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} .venv-vllm/bin/python -m scripts.vllm_bench "$PROMPTS" $args
   "$PY" scripts/results.py results/vllm.json --into README.md --block vllm \
-    --command ".venv-vllm/bin/python -m drafting.integrations.vllm_bench $PROMPTS $args"
+    --command ".venv-vllm/bin/python -m scripts.vllm_bench $PROMPTS $args"
 }
 
 case "${1:-all}" in

@@ -88,7 +88,7 @@ def tiny_lm():
 
 @pytest.fixture(scope="session")
 def embedded_lm():
-    from drafting.model import load_model
+    from drafting.models.loader import load_model
 
     return load_model()
 
@@ -100,7 +100,7 @@ def _read(path: Path) -> list[dict]:
 @pytest.fixture(scope="session")
 def real_prompts(embedded_lm) -> list[tuple[str, list[int]]]:
     """12 real prompts (2 per task group) as (id, chat-templated token ids)."""
-    from drafting.prompting import encode
+    from drafting.models.chat_template import encode
 
     out = []
     for rec in _read(EXAMPLES / "prompts.jsonl"):
@@ -114,7 +114,7 @@ LOSSLESS_TOKENS = 40
 @pytest.fixture(scope="session")
 def ar_outputs(embedded_lm, real_prompts) -> dict[str, list[int]]:
     """Plain greedy decoding of every real prompt, computed once per test session."""
-    from drafting.decode import Decoder
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
 
     dec = Decoder(embedded_lm, create("ar"))
@@ -124,7 +124,7 @@ def ar_outputs(embedded_lm, real_prompts) -> dict[str, list[int]]:
 @pytest.fixture(scope="session")
 def assert_lossless(embedded_lm, real_prompts, ar_outputs):
     """Call with a speculator spec: its greedy output must equal `ar` on every real prompt."""
-    from drafting.decode import Decoder
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
 
     def check(spec: str) -> None:

@@ -7,7 +7,7 @@ import torch
 
 from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable
 from drafting.sources.context import ContextIndex, SpineMatcher, match_confidence
-from drafting.tree import DraftTree
+from drafting.engine.tree import DraftTree
 
 V = 16
 

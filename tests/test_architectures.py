@@ -12,14 +12,16 @@ import pytest
 import torch
 import transformers as T
 
-from drafting.attention import use_grouped_attention
-from drafting.decode import Decoder, UnsupportedModelError
-from drafting.kv_cache import new_cache
-from drafting.model import LoadedModel, _sliding_window
+from drafting.engine.attention import use_grouped_attention
+from drafting.engine.decode import Decoder
+from drafting.errors import UnsupportedModelError
+from drafting.engine.kv_cache import new_cache
+from drafting.engine.loaded_model import LoadedModel
+from drafting.models.loader import _sliding_window
 from drafting.speculators import create, registry
-from drafting.support import attention_layout
-from drafting.tree import Draft, DraftRows, DraftTree
-from drafting.verify import Forward, keep_accepted
+from drafting.engine.model_support import attention_layout
+from drafting.engine.tree import Draft, DraftRows, DraftTree
+from drafting.engine.forward import Forward, keep_accepted
 
 VOCAB, WINDOW, ATOL = 256, 8, 1e-4
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,

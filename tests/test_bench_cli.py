@@ -107,7 +107,7 @@ SUMMARY_KEYS = {"tokens_per_s", "speedup", "mean_accepted", "identical", "prompt
 
 @pytest.mark.slow
 def test_run_writes_json_shape_traces_and_skips_overlong_prompt(prompt_file, tmp_path):
-    from drafting.trace import read_trace
+    from drafting.engine.trace import read_trace
 
     path = prompt_file(
         GOOD,
@@ -185,7 +185,7 @@ def test_ctrl_c_leaves_valid_partial_json_and_resume_completes(tmp_path):
 def test_missing_embedded_model_names_the_install_command(prompt_file):
     """The real CLI with the embedded model's package made unfindable (as on a machine without it)."""
     code = (
-        "import sys, drafting.model as m; m.EMBEDDED_PACKAGE = 'goose-no-such-package'; "
+        "import sys, drafting.models.loader as m; m.EMBEDDED_PACKAGE = 'goose-no-such-package'; "
         "from goosecli.main import app; sys.argv = ['goose', 'bench', sys.argv[1]]; app()"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -200,8 +200,8 @@ def test_tree_speculator_refused_on_hybrid_model(prompt_file, tmp_path):
     sentence (sliding-window models run: tests/test_architectures.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3NextConfig
 
-    from drafting.gguf_convert import converted_folder
-    from drafting.model import embedded_gguf, load_model
+    from drafting.models.gguf_convert import converted_folder
+    from drafting.models.loader import embedded_gguf, load_model
 
     converted = converted_folder(embedded_gguf())  # the embedded model's tokenizer is borrowed
     if not (converted / "goose.json").exists():

@@ -3,7 +3,7 @@
 import pytest
 
 from drafting.bench import aggregate_info, first_divergence, source_counts, split_specs, summarize
-from drafting.trace import StepRecord
+from drafting.engine.trace import StepRecord
 
 
 def test_split_specs_keeps_option_commas():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from drafting.trace import read_trace
+from drafting.engine.trace import read_trace
 from screentext import screen_text, sync
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ class StepCountingStop(threading.Event):
 @sync
 async def test_chat_app_streams_stops_switches_and_clears(embedded_lm, tmp_path):
     from tui.chat_app import ChatApp
-    from drafting.chat_session import ChatSession
+    from drafting.chat.session import ChatSession
 
     session = ChatSession(embedded_lm, "pld", max_new_tokens=12, trace_path=tmp_path / "chat.jsonl")
     session.ar_step_s = 0.05  # skip the start-up measurement here; its own test is the plain REPL run

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from drafting.cost import CostCurve, PrefixCost
+from drafting.machine.cost_curve import CostCurve, PrefixCost
 
 
 def _far_off_curve() -> PrefixCost:
@@ -17,8 +17,8 @@ def _far_off_curve() -> PrefixCost:
 def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
     from dataclasses import replace
 
-    from drafting.curve_watch import WINDOW, watch, watch_of
-    from drafting.decode import Decoder
+    from drafting.machine.curve_watch import WINDOW, watch, watch_of
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
 
     lm = replace(tiny_lm, eos_ids=set())
@@ -28,7 +28,7 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
     calls = []
 
     def rebuild():
-        from drafting.cost import measure
+        from drafting.machine.cost_curve import measure
 
         calls.append(1)
         real = measure(lm, sizes=(1, 2, 4), prefix=16, repeats=1)
@@ -44,13 +44,13 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
         assert cost.short.seconds[0] < 1.0  # replaced in place: every holder of `cost` reads the new curve
         assert watch_of(model) is w
     finally:
-        from drafting import curve_watch
+        from drafting.machine import curve_watch
 
         curve_watch._WATCHES.pop(model, None)
 
 
 def test_tree_steps_do_not_count_as_one_row_checks():
-    from drafting.curve_watch import WINDOW, CurveWatch
+    from drafting.machine.curve_watch import WINDOW, CurveWatch
 
     calls = []
     w = CurveWatch(_far_off_curve(), lambda: calls.append(1) or _far_off_curve())
@@ -60,8 +60,8 @@ def test_tree_steps_do_not_count_as_one_row_checks():
 
 
 def test_sane_curve_is_one_object_per_model(tiny_lm, tmp_path, monkeypatch):
-    from drafting import curve_watch
-    from drafting.budget import sane_curve
+    from drafting.machine import curve_watch
+    from drafting.machine.verify_cost import sane_curve
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     try:
@@ -73,7 +73,7 @@ def test_sane_curve_is_one_object_per_model(tiny_lm, tmp_path, monkeypatch):
 
 
 def test_notices_are_said_once():
-    from drafting.curve_watch import notice, take_notices
+    from drafting.machine.curve_watch import notice, take_notices
 
     take_notices()
     notice("test notice: first")
@@ -83,7 +83,7 @@ def test_notices_are_said_once():
 
 
 def test_load_meter_reads_the_counters():
-    from drafting.machine_load import LoadMeter
+    from drafting.machine.load import LoadMeter
 
     import time
 
@@ -100,9 +100,9 @@ def test_load_meter_reads_the_counters():
 def test_plain_baseline_reads_one_row_points_and_listens_to_steps(tiny_lm):
     from dataclasses import replace
 
-    from drafting import curve_watch
-    from drafting.decode import Decoder
-    from drafting.plain_baseline import PlainBaseline
+    from drafting.machine import curve_watch
+    from drafting.engine.decode import Decoder
+    from drafting.machine.plain_speed import PlainBaseline
     from drafting.speculators import create
 
     lm = replace(tiny_lm, eos_ids=set())
@@ -122,7 +122,7 @@ def test_a_cached_curve_of_other_sizes_is_measured_again(tiny_lm, tmp_path, monk
     line; the cache hands back only curves of today's sizes."""
     import json
 
-    from drafting.cost import DEFAULT_SIZES, cost_curve, store_curve
+    from drafting.machine.cost_curve import DEFAULT_SIZES, cost_curve, store_curve
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     old = CostCurve(sizes=[1, 2, 4, 8, 16, 32, 64, 128], seconds=[1.0 + i for i in range(8)])

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from drafting.decode import Decoder
-from drafting.prompting import decode, encode
+from drafting.engine.decode import Decoder
+from drafting.models.chat_template import decode, encode
 from drafting.speculators import create, registry
-from drafting.speculators.base import Speculator
-from drafting.tree import Draft, DraftTree
+from drafting.engine.speculator import Speculator
+from drafting.engine.tree import Draft, DraftTree
 
 PROMPT = [3, 44, 17, 90, 5, 61, 23, 8]
 

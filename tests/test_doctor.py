@@ -28,7 +28,7 @@ class Sleepy(torch.nn.Module):
 
 def _loader(tiny_lm, slow_modes):
     def load(model, device, dtype, weights):
-        from drafting.weights import apply_weights
+        from drafting.weights.formats import apply_weights
 
         net = copy.deepcopy(tiny_lm.model)
         if weights != "float":
@@ -41,7 +41,7 @@ def _loader(tiny_lm, slow_modes):
 
 
 def test_a_far_slower_mode_is_timed_once_and_reported(tiny_lm):
-    from drafting.profile import Mode, fastest, profile_modes
+    from drafting.machine.doctor import Mode, fastest, profile_modes
 
     modes = [Mode("float32", "float"), Mode("float32", "onednn"), Mode("float32", "dual")]
     profiles, _ = profile_modes(None, "cpu", modes, sizes=(1, 4, 16), prefix=16, repeats=2, stop_when_busy=False,
@@ -55,7 +55,7 @@ def test_a_far_slower_mode_is_timed_once_and_reported(tiny_lm):
 
 
 def test_weights_choice_is_read_from_the_table(tiny_lm):
-    from drafting.profile import ModeProfile, weights_choices
+    from drafting.machine.doctor import ModeProfile, weights_choices
 
     def row(w, secs):
         return ModeProfile(mode=f"float32+{w}", dtype="float32", weights=w, sizes=[1, 4, 16], seconds=secs,

@@ -6,9 +6,9 @@ the rows it sees, in order, at their positions. After acceptance only prefix + a
 
 import torch
 
-from drafting.kv_cache import new_cache
-from drafting.tree import Draft, DraftRows, DraftTree, step_inputs
-from drafting.verify import Forward, keep_accepted
+from drafting.engine.kv_cache import new_cache
+from drafting.engine.tree import Draft, DraftRows, DraftTree, step_inputs
+from drafting.engine.forward import Forward, keep_accepted
 
 PREFIX = [5, 17, 42, 8, 99, 23, 61, 12, 77, 3]
 

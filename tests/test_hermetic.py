@@ -9,7 +9,7 @@ import sys
 from cli import ROOT, cli_env
 from conftest import REAL_CACHE, TEST_CACHE, cache_changes, cache_snapshot
 
-from drafting.model import cache_dir
+from drafting.disk_cache import cache_dir
 
 
 def test_the_library_uses_the_session_cache():
@@ -18,7 +18,7 @@ def test_the_library_uses_the_session_cache():
 
 
 def test_cli_subprocesses_inherit_the_session_cache():
-    code = "from drafting.model import cache_dir; print(cache_dir())"
+    code = "from drafting.models.loader import cache_dir; print(cache_dir())"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

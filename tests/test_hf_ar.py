@@ -36,10 +36,10 @@ def test_speedups_are_given_against_ar_and_the_faster_plain_decoding():
 
 
 def test_hf_ar_runs_an_unmodified_instance_and_matches_ar(tiny_lm, tmp_path):
-    from drafting.decode import Decoder
-    from drafting.hf_generate import HFGenerate, plain_model
+    from drafting.engine.decode import Decoder
+    from drafting.baselines.hf_generate import HFGenerate, plain_model
     from drafting.speculators import create
-    from drafting.weights import apply_weights
+    from drafting.weights.formats import apply_weights
 
     import copy
 

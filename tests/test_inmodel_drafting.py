@@ -6,12 +6,13 @@ import random
 import pytest
 import torch
 
-from drafting.budget import OnlineBudget
-from drafting.cost import CostCurve
-from drafting.decode import Decoder
-from drafting.speculators import SpecError, create
-from drafting.speculators.base import StepResult
-from drafting.tree import Draft, DraftTree
+from drafting.budget.online import OnlineBudget
+from drafting.machine.cost_curve import CostCurve
+from drafting.engine.decode import Decoder
+from drafting.errors import SpecError
+from drafting.speculators import create
+from drafting.engine.speculator import StepResult
+from drafting.engine.tree import Draft, DraftTree
 
 # the cost measured on this CPU for the embedded model (seconds per forward by rows)
 CPU_CURVE = CostCurve(sizes=[1, 2, 8, 16, 32, 64, 128], seconds=[0.038, 0.061, 0.064, 0.077, 0.105, 0.160, 0.273])
@@ -130,7 +131,7 @@ def test_lookahead_columns_slide_and_feed_the_pool():
 
 
 def test_ptd_auto_verifies_only_the_guesses_that_pay():
-    from drafting.cost import PrefixCost
+    from drafting.machine.cost_curve import PrefixCost
     from drafting.speculators.ptd import guess_key
 
     text = [5, 6, 7, 8, 9, 10, 11]

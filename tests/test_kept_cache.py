@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from drafting.chat_session import ChatSession
-from drafting.detokenize import Detokenizer
+from drafting.chat.session import ChatSession
+from drafting.models.detokenize import Detokenizer
 
 TURNS = ["Hi!", "What is 2+2?", "Name a colour.", "Say a fruit.", "Thanks.", "Count to three.", "What is water?",
          "Say yes.", "Name a bird.", "Bye."]

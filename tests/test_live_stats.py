@@ -19,7 +19,7 @@ def test_speed_speedup_acceptance_and_sparkline():
 
 
 class _Baseline:
-    """A baseline with a fixed cost per plain token, as drafting.plain_baseline.PlainBaseline reports it."""
+    """A baseline with a fixed cost per plain token, as drafting.machine.plain_speed.PlainBaseline reports it."""
 
     def __init__(self, step_s, busy=None):
         self._s, self.busy = step_s, busy

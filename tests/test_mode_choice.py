@@ -10,13 +10,13 @@ import pytest
 import torch
 from tinymodel import tiny_llama
 
-from drafting import mkl_linear, onednn_linear
+from drafting.weights import mkl as mkl_linear, onednn as onednn_linear
 
 needs_onednn = pytest.mark.skipif(not onednn_linear.available(), reason="this torch build has no oneDNN")
 
 
 def test_decide_keeps_the_fastest_one_row_format_and_dual_only_for_faster_trees():
-    from drafting.mode_probe import decide
+    from drafting.weights.probe import decide
 
     assert decide({"float": [0.030, 0.062], "onednn": [0.037, 0.058]}) == "dual"  # float alone, oneDNN for trees
     assert decide({"float": [0.030, 0.050], "onednn": [0.037, 0.058]}) == "float"
@@ -35,8 +35,8 @@ def _fresh_tiny():
 
 @needs_onednn
 def test_probe_is_cached_per_fingerprint_and_redone_when_it_changes(tmp_path, monkeypatch):
-    from drafting.mode_probe import cache_path, candidates, choose_weights, fingerprint
-    from drafting.weights import SAME_NUMBERS
+    from drafting.weights.probe import cache_path, candidates, choose_weights, fingerprint
+    from drafting.weights.formats import SAME_NUMBERS
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     lm = _fresh_tiny()
@@ -64,8 +64,8 @@ def test_probe_is_cached_per_fingerprint_and_redone_when_it_changes(tmp_path, mo
 
 @needs_onednn
 def test_the_chosen_format_is_what_the_model_runs(tmp_path, monkeypatch):
-    from drafting.mode_probe import choose_weights
-    from drafting.weights import layer_class
+    from drafting.weights.probe import choose_weights
+    from drafting.weights.formats import layer_class
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     lm = _fresh_tiny()
@@ -79,7 +79,7 @@ def test_the_chosen_format_is_what_the_model_runs(tmp_path, monkeypatch):
 
 @needs_onednn
 def test_dual_layer_dispatches_on_rows_and_matches_both_kernels():
-    from drafting.onednn_linear import OneDNNLinear, RowDispatchLinear
+    from drafting.weights.onednn import OneDNNLinear, RowDispatchLinear
 
     torch.manual_seed(0)
     dense = torch.nn.Linear(64, 48)
@@ -97,7 +97,7 @@ needs_mkl = pytest.mark.skipif(not mkl_linear.available(), reason="this torch bu
 
 @needs_mkl
 def test_mkl_layer_dispatches_on_rows_and_matches_torch_kernel():
-    from drafting.mkl_linear import MKLPackedLinear
+    from drafting.weights.mkl import MKLPackedLinear
 
     torch.manual_seed(0)
     dense = torch.nn.Linear(64, 48)
@@ -113,7 +113,7 @@ def test_mkl_layer_dispatches_on_rows_and_matches_torch_kernel():
 
 @needs_mkl
 def test_mkl_split_gives_torchs_call_the_rows_it_chose_and_the_packed_product_the_rest():
-    from drafting.mkl_linear import SPLIT_TRIED, MKLPackedLinear, row_split_of, split_rows
+    from drafting.weights.mkl import SPLIT_TRIED, MKLPackedLinear, row_split_of, split_rows
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 48)), MKLPackedLinear(torch.nn.Linear(48, 32)),
@@ -138,8 +138,8 @@ def test_mkl_split_gives_torchs_call_the_rows_it_chose_and_the_packed_product_th
 
 @needs_mkl
 def test_mkl_split_is_measured_once_per_machine_and_shapes(tmp_path, monkeypatch):
-    from drafting import mkl_linear
-    from drafting.mkl_linear import MKLPackedLinear, cached_split
+    from drafting.weights import mkl as mkl_linear
+    from drafting.weights.mkl import MKLPackedLinear, cached_split
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     make = lambda: torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(64, 48)), MKLPackedLinear(torch.nn.Linear(48, 32)))
@@ -155,7 +155,8 @@ def test_mkl_split_is_measured_once_per_machine_and_shapes(tmp_path, monkeypatch
 
 
 def test_mkl_format_is_refused_outside_float32_on_cpu():
-    from drafting.weights import WeightsError, check_format
+    from drafting.errors import WeightsError
+    from drafting.weights.formats import check_format
 
     with pytest.raises(WeightsError, match="float32"):
         check_format("mkl", torch.device("cpu"), torch.bfloat16)
@@ -170,9 +171,9 @@ def _skip_unless_available(fmt: str) -> None:
 def test_row_dispatch_tree_logits_match_sequential_steps(tiny_lm, fmt):
     """The exactness premise of `dual` and `mkl` in fp32: a tree pass through oneDNN's or MKL's packed kernel
     scores each node as sequential one-row passes through torch's kernel do, to float rounding."""
-    from drafting.decode import Decoder
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
-    from drafting.weights import apply_weights
+    from drafting.weights.formats import apply_weights
     from dataclasses import replace
 
     _skip_unless_available(fmt)
@@ -189,8 +190,8 @@ def test_row_dispatch_weights_keep_goose_identical_to_ar_on_real_prompts(real_pr
     """fp32 `dual` and `mkl` are offered as exact only because this holds: one-row steps through torch's kernel
     and tree steps through oneDNN's or MKL's packed kernel give the very tokens of plain decoding on the
     embedded model."""
-    from drafting.decode import Decoder
-    from drafting.model import load_model
+    from drafting.engine.decode import Decoder
+    from drafting.models.loader import load_model
     from drafting.speculators import create
 
     _skip_unless_available(fmt)
@@ -204,8 +205,8 @@ def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
     """A sliding-window cache cannot roll a timed step back; the probe gives up cleanly and keeps float."""
     from transformers import MistralConfig, MistralForCausalLM
 
-    from drafting.mode_probe import choose_weights
-    from drafting.weights import SAME_NUMBERS
+    from drafting.weights.probe import choose_weights
+    from drafting.weights.formats import SAME_NUMBERS
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     config = MistralConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -220,7 +221,7 @@ def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
 
 
 def test_a_busy_probe_expires_and_never_replaces_an_idle_one(tmp_path, monkeypatch):
-    from drafting.mode_probe import BUSY_TTL_S, ModeChoice, cache_path, read_cached, write_cached
+    from drafting.weights.probe import BUSY_TTL_S, ModeChoice, cache_path, read_cached, write_cached
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     fp = {"cpu": "test", "model": "m"}

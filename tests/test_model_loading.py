@@ -15,9 +15,10 @@ import pytest
 import torch
 from cli import ROOT, cli_env
 
-from drafting.gguf_convert import CACHE_FORMAT, convert_gguf, converted_folder, is_quantised, storage_dtype
-from drafting.model import ModelError, embedded_gguf, load_model
-from drafting.packaged_models import GEMMA3_270M, PACKAGED, PackagedModel, packaged_gguf
+from drafting.models.gguf_convert import CACHE_FORMAT, convert_gguf, converted_folder, is_quantised, storage_dtype
+from drafting.errors import ModelError
+from drafting.models.loader import embedded_gguf, load_model
+from drafting.models.packaged import GEMMA3_270M, PACKAGED, PackagedModel, packaged_gguf
 
 # Greedy continuation with transformers alone: goose is never imported, so nothing of ours can patch the model.
 PLAIN_TRANSFORMERS = """
@@ -53,7 +54,7 @@ def safetensors_of(folder) -> dict[str, torch.Tensor]:
 
 
 def ar_greedy(lm, prompts: list[list[int]], n: int) -> list[list[int]]:
-    from drafting.decode import Decoder
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
 
     dec = Decoder(lm, create("ar"))
@@ -211,7 +212,7 @@ def test_missing_packaged_model_fails_cleanly_in_the_cli(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "q0", "prompt": "Hi"}\n')
     code = (
-        "import dataclasses, sys, drafting.packaged_models as p; "
+        "import dataclasses, sys, drafting.models.packaged as p; "
         "p.PACKAGED['gemma3-270m'] = dataclasses.replace(p.GEMMA3_270M, package='goose-no-such-package'); "
         "from goosecli.main import app; sys.argv = ['goose', 'bench', sys.argv[1], '--model', 'gemma3-270m']; app()"
     )
@@ -292,7 +293,7 @@ def test_gemma_builtin_name_loads_a_standard_folder(gemma_lm):
 @needs_gemma
 @pytest.mark.slow
 def test_gemma_ar_matches_transformers_generate_and_reads_well(gemma_lm):
-    from drafting.prompting import decode, encode
+    from drafting.models.chat_template import decode, encode
 
     prompts = [encode(gemma_lm.tokenizer, [{"role": "user", "content": t}]) for t in GEMMA_PROMPTS]
     assert all(p[0] == gemma_lm.tokenizer.bos_token_id for p in prompts)  # a base model: raw text after <bos>

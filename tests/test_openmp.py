@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from drafting.openmp import release_idle_workers
+from drafting.machine.openmp import release_idle_workers
 
 
 def _threads() -> int:
@@ -28,7 +28,7 @@ def test_release_lets_the_workers_go_and_torch_still_runs():
 
 
 def test_startup_settings_never_override_the_user():
-    from drafting.openmp import STARTUP_SETTINGS, apply_startup_settings, startup_settings
+    from drafting.machine.openmp import STARTUP_SETTINGS, apply_startup_settings, startup_settings
 
     assert startup_settings({}) == STARTUP_SETTINGS
     for knob in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS"):
@@ -51,7 +51,7 @@ def _child_env(**extra):
 
 
 def test_the_command_sets_its_default_before_torch_loads_unless_told_otherwise():
-    from drafting.openmp import STARTUP_SETTINGS
+    from drafting.machine.openmp import STARTUP_SETTINGS
 
     assert _child_env() == [STARTUP_SETTINGS.get("GOMP_SPINCOUNT", "None"), STARTUP_SETTINGS.get("OMP_WAIT_POLICY", "None")]
     assert _child_env(OMP_WAIT_POLICY="PASSIVE") == ["None", "PASSIVE"]  # the user's setting wins, alone
@@ -59,8 +59,8 @@ def test_the_command_sets_its_default_before_torch_loads_unless_told_otherwise()
 
 
 def test_threads_follow_the_cores_other_processes_leave():
-    from drafting.machine_load import Load
-    from drafting.thread_share import threads_for
+    from drafting.machine.load import Load
+    from drafting.machine.thread_share import threads_for
 
     def load(others: float, steal: float = 0.0) -> Load:
         return Load(others_cores=others, steal_cores=steal, own_cores=2.0, cores=2, wall_s=1.0)
@@ -74,7 +74,7 @@ def test_threads_follow_the_cores_other_processes_leave():
 
 
 def test_thread_sharing_stays_out_of_the_way_of_a_users_choice():
-    from drafting.openmp import user_chose
+    from drafting.machine.openmp import user_chose
 
     assert not user_chose({})
     assert user_chose({"OMP_NUM_THREADS": "2"}) and user_chose({"GOOSE_OPENMP": "keep"})

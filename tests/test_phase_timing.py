@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from drafting.decode import Decoder
-from drafting.phase_clock import PhaseClock, model_devices
+from drafting.engine.decode import Decoder
+from drafting.engine.phase_clock import PhaseClock, model_devices
 from drafting.speculators import create
-from drafting.static_shapes import StaticShapes
+from drafting.engine.static_shapes import StaticShapes
 
 
 def _prompt():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from drafting.prompt_file import PromptFileError, read_prompts
+from drafting.bench.prompt_file import PromptFileError, read_prompts
 
 
 def write(tmp_path, *lines) -> str:

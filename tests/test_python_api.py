@@ -23,8 +23,8 @@ def haiku_ar(embedded_lm):
 
 
 def test_generate_is_identical_to_plain_decoding(embedded_lm, haiku_ar):
-    from drafting.decode import Decoder
-    from drafting.prompting import encode
+    from drafting.engine.decode import Decoder
+    from drafting.models.chat_template import encode
     from drafting.speculators import create
 
     g = drafting.generate(HAIKU, max_new_tokens=32)

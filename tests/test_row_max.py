@@ -1,9 +1,9 @@
-"""drafting.row_max: the fast per-row argmax and top-k give torch's answers, ties and odd vocabulary sizes included."""
+"""drafting.engine.fast_topk: the fast per-row argmax and top-k give torch's answers, ties and odd vocabulary sizes included."""
 
 import pytest
 import torch
 
-from drafting.row_max import BLOCK, row_argmax, row_topk
+from drafting.engine.fast_topk import BLOCK, row_argmax, row_topk
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

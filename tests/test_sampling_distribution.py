@@ -20,9 +20,9 @@ import pytest
 from tinymodel import tiny_llama
 import torch
 
-from drafting.acceptance import make_acceptor
-from drafting.decode import Decoder
-from drafting.sampling import SamplingParams, warp
+from drafting.engine.acceptance import make_acceptor
+from drafting.engine.decode import Decoder
+from drafting.engine.sampling import SamplingParams, warp
 from drafting.speculators import create, registry
 from sampling_reference import chi_square, reference_warp
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from drafting.acceptance import TreeSampler, greedy_acceptor, make_acceptor, sibling_choice
-from drafting.sampling import SamplingParams, sample, warp
-from drafting.tree import DraftTree
+from drafting.engine.acceptance import TreeSampler, greedy_acceptor, make_acceptor, sibling_choice
+from drafting.engine.sampling import SamplingParams, sample, warp
+from drafting.engine.tree import DraftTree
 from sampling_reference import reference_warp
 
 
@@ -179,7 +179,7 @@ def test_sampling_params_reject_bad_values():
 def test_sampling_on_embedded_model_repeats_with_seed_and_follows_the_nucleus(embedded_lm, real_prompts):
     """Real vocabulary (49k tokens, the top-p fast path): a seed repeats a sampled answer exactly, and with a
     tiny top-p every token is the target's argmax, so the sampled answer equals greedy decoding."""
-    from drafting.decode import Decoder
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
 
     _, ids = real_prompts[0]

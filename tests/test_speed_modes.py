@@ -11,8 +11,8 @@ import pytest
 from cli import run_goose
 import torch
 
-from drafting import int8_linear
-from drafting.cost import DEFAULT_SIZES
+from drafting.weights import int8 as int8_linear
+from drafting.machine.cost_curve import DEFAULT_SIZES
 
 needs_int8 = pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no weight-only int8 CPU kernel")
 PROMPT = json.dumps({"id": "p1", "task": "code", "prompt": "Rewrite this: def add(a, b): return a + b"})
@@ -36,7 +36,7 @@ def test_tie_check_counts_only_near_ties():
 
 
 def test_ar_margins_match_a_full_forward(tiny_lm):
-    from drafting.decode import Decoder
+    from drafting.engine.decode import Decoder
     from drafting.speculators import create
 
     from dataclasses import replace
@@ -54,7 +54,7 @@ def test_ar_margins_match_a_full_forward(tiny_lm):
 
 @needs_int8
 def test_int8_layer_multiplies_by_its_rounded_weights():
-    from drafting.int8_linear import DENSE_ROWS, Int8WeightLinear
+    from drafting.weights.int8 import DENSE_ROWS, Int8WeightLinear
 
     torch.manual_seed(0)
     dense = torch.nn.Linear(64, 48, bias=True).to(torch.bfloat16)
@@ -77,10 +77,10 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from dataclasses import replace
 
     from drafting.bench import first_divergence, tie_check
-    from drafting.decode import Decoder
-    from drafting.model import LoadedModel
+    from drafting.engine.decode import Decoder
+    from drafting.engine.loaded_model import LoadedModel
     from drafting.speculators import create
-    from drafting.weights import apply_weights
+    from drafting.weights.formats import apply_weights
 
     net = apply_weights(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
@@ -114,7 +114,7 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
-    from drafting.weights import apply_weights
+    from drafting.weights.formats import apply_weights
 
     net = apply_weights(copy.deepcopy(tiny_lm.model), "onednn")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
@@ -131,7 +131,7 @@ def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 def test_onednn_layer_matches_torch_linear_in_both_dtypes():
-    from drafting.onednn_linear import OneDNNLinear
+    from drafting.weights.onednn import OneDNNLinear
 
     torch.manual_seed(0)
     for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
@@ -146,10 +146,10 @@ def test_onednn_layer_matches_torch_linear_in_both_dtypes():
 
 
 def test_auto_weights_are_measured_only_on_cpu():
-    from drafting.weights import resolve_format
+    from drafting.weights.formats import resolve_format
 
     cpu = torch.device("cpu")
-    fast = "auto" if torch.backends.mkldnn.is_available() else "float"  # auto: drafting.mode_probe decides
+    fast = "auto" if torch.backends.mkldnn.is_available() else "float"  # auto: drafting.weights.probe decides
     assert resolve_format("auto", cpu, torch.float32) == fast
     assert resolve_format("auto", cpu, torch.bfloat16) == fast
     assert resolve_format("auto", torch.device("cuda"), torch.float32) == "float"
@@ -157,7 +157,8 @@ def test_auto_weights_are_measured_only_on_cpu():
 
 
 def test_bad_weight_formats_are_one_sentence():
-    from drafting.weights import WeightsError, apply_weights, check_format
+    from drafting.errors import WeightsError
+    from drafting.weights.formats import apply_weights, check_format
 
     cpu = torch.device("cpu")
     with pytest.raises(WeightsError, match="Unknown weight format"):
@@ -205,7 +206,7 @@ def test_bench_low_precision_reports_margins_and_llama_cpp_rows(tmp_path):
     path.write_text(PROMPT + "\n")
     out = tmp_path / "b.json"
     specs = "pld"
-    from drafting.llama_cpp_ref import available
+    from drafting.baselines.llama_cpp import available
 
     if available():
         specs += ",llama.cpp,llama.cpp-pld"

@@ -8,11 +8,11 @@ import random
 import pytest
 import torch
 
-from drafting.decode import Decoder
+from drafting.engine.decode import Decoder
 from drafting.speculators import create
-from drafting.static_shapes import StaticForward, StaticShapeError, StaticShapes
-from drafting.tree import Draft, DraftTree
-from drafting.verify import keep_accepted
+from drafting.engine.static_shapes import StaticForward, StaticShapeError, StaticShapes
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.forward import keep_accepted
 
 SHAPES = StaticShapes(buckets=(1, 4, 16, 64))
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from drafting.trace import TRACE_VERSION, StepRecord, TraceError, TraceWriter, read_trace
+from drafting.engine.trace import TRACE_VERSION, StepRecord, TraceError, TraceWriter, read_trace
 from tracefixtures import WordTokenizer, goose_records, ptd_records, write_fixture_traces
 
 

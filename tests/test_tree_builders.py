@@ -4,15 +4,17 @@
 import pytest
 import torch
 
-from drafting.budget import AcceptanceStats, best_first, best_prefix, is_sane, monotone, paying_nodes
-from drafting.cost import CostCurve, PrefixCost
+from drafting.budget.acceptance_rates import AcceptanceStats
+from drafting.budget.selection import best_first, best_prefix, paying_nodes
+from drafting.machine.verify_cost import is_sane, monotone
+from drafting.machine.cost_curve import CostCurve, PrefixCost
 from drafting.sources.adjacency import AdjacencyTable
 from drafting.speculators import create
 from drafting.speculators.goose import build_spine_tree, plan_budget
 from drafting.speculators.iso import build_kary_tree
 from drafting.speculators.tr import LEVELS, TEMPLATE, build_template_tree
 from drafting.speculators.tree_base import Candidates
-from drafting.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
+from drafting.engine.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
 
 V = 64
 STEEP = CostCurve(sizes=[1, 2, 4, 8, 16, 32, 64, 128], seconds=[0.038, 0.061, 0.062, 0.064, 0.077, 0.105, 0.160, 0.273])

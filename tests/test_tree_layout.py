@@ -45,7 +45,7 @@ def test_ptd_rows_draw_slots_as_trunk_with_grown_and_pruned_nodes():
 
 
 def test_lookahead_rows_become_one_chain_per_column():
-    from drafting.trace import StepRecord
+    from drafting.engine.trace import StepRecord
 
     rec = StepRecord(0, 0, [5], [-1], ["root"], [0], [6], 0, 0,
                      rows={"kind": "lookahead", "tokens": [10, 11, 12, 13], "offsets": [1, 2, 2, 3],

@@ -3,9 +3,10 @@
 
 import pytest
 
-from drafting.decode import Decoder
-from drafting.speculators import SpecError, create
-from drafting.tree import SPINE, SPINE_BRANCH
+from drafting.engine.decode import Decoder
+from drafting.errors import SpecError
+from drafting.speculators import create
+from drafting.engine.tree import SPINE, SPINE_BRANCH
 
 PROMPT = [1, 5, 9, 13, 5, 9, 13, 17, 21, 5, 9, 13, 17, 21, 25, 5, 9, 13]
 

@@ -8,12 +8,12 @@ import random
 import pytest
 import torch
 
-from drafting.decode import Decoder
-from drafting.kv_cache import new_cache
+from drafting.engine.decode import Decoder
+from drafting.engine.kv_cache import new_cache
 from drafting.speculators import create
-from drafting.speculators.base import Speculator
-from drafting.tree import Draft, DraftTree
-from drafting.verify import Forward, keep_accepted
+from drafting.engine.speculator import Speculator
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.forward import Forward, keep_accepted
 
 ATOL = 1e-4
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.app import App
 
-from drafting.trace import read_trace
+from drafting.engine.trace import read_trace
 from screentext import screen_text, sync
 from tracefixtures import goose_records, ptd_records, write_fixture_traces
 from tui.treepane import TreePane

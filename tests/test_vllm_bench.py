@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from drafting.integrations.vllm_bench import (BenchError, bench, check_model_folder, first_divergence, main,
+from scripts.vllm_bench import (BenchError, bench, check_model_folder, first_divergence, main,
                                               parse_args, summarize)
-from drafting.integrations.vllm_runs import MethodError, method_config
+from scripts.vllm_runs import MethodError, method_config
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -94,7 +94,7 @@ def test_goose_proposer_in_vllm_is_lossless_and_drafts(tmp_path):
 
 
 def test_goose_bench_reference_comparison(tmp_path):
-    from drafting.integrations.goose_reference import GooseReferenceError, compare, eos_ids, load
+    from scripts.goose_reference import GooseReferenceError, compare, eos_ids, load
 
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
     assert eos_ids(str(tmp_path)) == {2}

@@ -9,7 +9,7 @@ import sys
 import pytest
 from cli import ROOT, cli_env, run_goose
 
-from drafting import int8_linear
+from drafting.weights import int8 as int8_linear
 
 
 @pytest.mark.parametrize("command,args", [("chat", ["--plain"]), ("viz", ["--prompt", "hi"])])

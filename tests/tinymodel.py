@@ -9,8 +9,8 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
     """A 2-layer Llama (4 heads, 2 KV heads) in fp32; seeded, so every call builds the same weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from drafting.attention import use_grouped_attention
-    from drafting.model import LoadedModel
+    from drafting.engine.attention import use_grouped_attention
+    from drafting.engine.loaded_model import LoadedModel
 
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drafting.trace import StepRecord, TraceWriter
+from drafting.engine.trace import StepRecord, TraceWriter
 
 WORDS = [
     "def", " add", "(", "a", ",", " b", ")", " ->", " int", ":", "\n", "    ", "return", " a", " +",

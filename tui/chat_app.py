@@ -17,17 +17,18 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
-from drafting.chat_session import ChatSession
-from drafting.detokenize import Detokenizer
-from drafting.openmp import release_idle_workers
-from drafting.speculators import SpecError, registry
+from drafting.chat.session import ChatSession
+from drafting.models.detokenize import Detokenizer
+from drafting.machine.openmp import release_idle_workers
+from drafting.errors import SpecError
+from drafting.speculators import registry
 
-from .marks import PROVENANCE_LABEL, PROVENANCE_STYLE, provenance
-from .stats import LiveStats
-from .treepane import TreePane
-from .viz_app import ROW_SPECULATORS
+from tui.marks import PROVENANCE_LABEL, PROVENANCE_STYLE, provenance
+from tui.stats import LiveStats
+from tui.treepane import TreePane
+from tui.viz_app import ROW_SPECULATORS
 
-REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL (docs/tui_overhead.py measures it)
+REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL (scripts/tui_overhead.py measures it)
 
 
 def provenance_legend() -> str:
@@ -182,7 +183,7 @@ class ChatApp(App):
         self.generating = True
         event.input.cursor_blink = False  # its blink timer would redraw while decoding
         self._update_head()
-        release_idle_workers()  # see drafting/openmp.py: otherwise decoding off this thread runs slower
+        release_idle_workers()  # see drafting/machine/openmp.py: otherwise decoding off this thread runs slower
         self._generate(text)
 
     @work(thread=True, exclusive=True, group="decode")

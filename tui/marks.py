@@ -5,7 +5,7 @@ Every state has a marker character as well as a colour, so the views read the sa
 
 from __future__ import annotations
 
-from drafting.trace import StepRecord
+from drafting.engine.trace import StepRecord
 
 # Node states in a verified tree.
 ROOT = "root"

@@ -1,6 +1,6 @@
 """Running numbers of one answer: speed, speedup over plain decoding, acceptance by source.
 
-Given a ``drafting.plain_baseline.PlainBaseline``, the speedup compares this answer's decoding time with what
+Given a ``drafting.machine.plain_speed.PlainBaseline``, the speedup compares this answer's decoding time with what
 plain decoding would have taken for the same tokens at the same context lengths (this process's own cost curve,
 kept true to the run), and shows "machine busy" instead when other processes held the cores meanwhile."""
 
@@ -10,8 +10,8 @@ from collections import deque
 
 from rich.text import Text
 
-from drafting.machine_load import LoadMeter
-from drafting.trace import StepRecord
+from drafting.machine.load import LoadMeter
+from drafting.engine.trace import StepRecord
 
 SPARK_STEPS = 200
 BLOCKS = "▁▂▃▄▅▆▇█"

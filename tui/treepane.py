@@ -13,11 +13,11 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from drafting.trace import StepRecord
+from drafting.engine.trace import StepRecord
 
-from .marks import MARKER, ROW_MARKER, STYLE, node_states, provenance, row_states
-from .treelayout import Seg, clip, default_trunk, layout, token_label
-from .views import draft_rows_tree, verified_tree
+from tui.marks import MARKER, ROW_MARKER, STYLE, node_states, provenance, row_states
+from tui.treelayout import Seg, clip, default_trunk, layout, token_label
+from tui.views import draft_rows_tree, verified_tree
 
 INFO_KEYS = ("route", "bypass", "budget", "confidence", "ema", "chain", "spine_continuation", "guess", "draft_rows",
              "forest", "pool", "columns", "ngram", "trimmed")

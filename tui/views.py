@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from drafting.trace import StepRecord
+from drafting.engine.trace import StepRecord
 
-from .marks import (
+from tui.marks import (
     ACCEPTED,
     CONTINUATION,
     MARKER,
@@ -16,7 +16,7 @@ from .marks import (
     node_states,
     row_states,
 )
-from .treelayout import PlainTree, default_trunk
+from tui.treelayout import PlainTree, default_trunk
 
 _PRIORITY = {CONTINUATION: 4, ACCEPTED: 4, REJECTED: 2}
 

@@ -11,12 +11,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Footer, Static
 
-from drafting.trace import StepRecord, Trace
+from drafting.engine.trace import StepRecord, Trace
 
-from .dialogs import DetailsScreen, NumberScreen, details_text
-from .marks import LEGEND, MARKER, ROW_MARKER, ROW_STYLE, STYLE
-from .treepane import TreePane
-from .views import covering
+from tui.dialogs import DetailsScreen, NumberScreen, details_text
+from tui.marks import LEGEND, MARKER, ROW_MARKER, ROW_STYLE, STYLE
+from tui.treepane import TreePane
+from tui.views import covering
 
 ROW_SPECULATORS = {"ptd", "lookahead"}
 

@@ -16,15 +16,15 @@ One idea per module:
 - ``runner``: warm-up and the loop over prompts and contenders.
 """
 
-from .contenders import REFERENCE, Contender, build_contenders, split_specs
-from .identity import TIE_MARGIN, first_divergence, tie_check
-from .one_prompt import run_one
-from .results import BenchError, ResultsFile, Skip
-from .runner import prompt_fits, run_bench, warm_up
-from .settings import BenchSettings
-from .summary import aggregate_info, source_counts, summarize
-from .timing import ForwardTimer
-from .traces import trace_path, write_trace
+from drafting.bench.contenders import REFERENCE, Contender, build_contenders, split_specs
+from drafting.bench.identity import TIE_MARGIN, first_divergence, tie_check
+from drafting.bench.one_prompt import run_one
+from drafting.bench.results import BenchError, ResultsFile, Skip
+from drafting.bench.runner import prompt_fits, run_bench, warm_up
+from drafting.bench.settings import BenchSettings
+from drafting.bench.summary import aggregate_info, source_counts, summarize
+from drafting.bench.timing import ForwardTimer
+from drafting.bench.traces import trace_path, write_trace
 
 __all__ = [
     "REFERENCE", "TIE_MARGIN", "BenchError", "BenchSettings", "Contender", "ForwardTimer", "ResultsFile", "Skip",

@@ -7,14 +7,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..acceptance import make_acceptor
-from ..decode import Decoder, GenerationResult
-from ..hf_generate import NAME as HF_AR, HFGenerate
-from ..hf_pld import NAME as HF_PLD, HFPromptLookup
-from ..llama_cpp_ref import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
-from ..model import LoadedModel
-from ..sampling import SamplingParams
-from ..speculators import SpecError, create
+from drafting.engine.acceptance import make_acceptor
+from drafting.engine.decode import Decoder, GenerationResult
+from drafting.baselines.hf_generate import NAME as HF_AR, HFGenerate
+from drafting.baselines.hf_pld import NAME as HF_PLD, HFPromptLookup
+from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
+from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.sampling import SamplingParams
+from drafting.errors import SpecError
+from drafting.speculators import create
 
 REFERENCE = "ar"
 

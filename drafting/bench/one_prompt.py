@@ -3,19 +3,20 @@ and the run dict that records it (timings, steps, identity to `ar`, per-source a
 
 from __future__ import annotations
 
-from ..curve_watch import settle
-from ..decode import ContextError, GenerationResult
-from ..llama_cpp_ref import LlamaCppError
-from ..model import LoadedModel
-from ..prompt_file import Prompt
-from ..prompting import decode, encode
-from ..trace import StepRecord
-from .contenders import REFERENCE, Contender
-from .identity import first_divergence, tie_check
-from .settings import BenchSettings
-from .summary import aggregate_info, source_counts
-from .timing import ForwardTimer
-from .traces import write_trace
+from drafting.machine.curve_watch import settle
+from drafting.errors import ContextError
+from drafting.engine.decode import GenerationResult
+from drafting.baselines.llama_cpp import LlamaCppError
+from drafting.engine.loaded_model import LoadedModel
+from drafting.bench.prompt_file import Prompt
+from drafting.models.chat_template import decode, encode
+from drafting.engine.trace import StepRecord
+from drafting.bench.contenders import REFERENCE, Contender
+from drafting.bench.identity import first_divergence, tie_check
+from drafting.bench.settings import BenchSettings
+from drafting.bench.summary import aggregate_info, source_counts
+from drafting.bench.timing import ForwardTimer
+from drafting.bench.traces import write_trace
 
 
 def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: BenchSettings, timer: ForwardTimer,

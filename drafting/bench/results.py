@@ -7,8 +7,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .contenders import REFERENCE
-from .summary import summarize
+from drafting.bench.contenders import REFERENCE
+from drafting.bench.summary import summarize
 
 # Settings that change what a run measures: a resumed file must have been run with the same ones.
 RESUME_MUST_MATCH = ("model", "max_new_tokens", "sampling", "raw", "prompt_file", "dtype", "weights")

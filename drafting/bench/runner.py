@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..decode import Decoder
-from ..model import LoadedModel
-from ..prompt_file import Prompt
-from ..prompting import encode
-from ..speculators import create
-from .contenders import REFERENCE, Contender
-from .one_prompt import run_one
-from .results import ResultsFile, Skip
-from .settings import BenchSettings
-from .timing import ForwardTimer
+from drafting.engine.decode import Decoder
+from drafting.engine.loaded_model import LoadedModel
+from drafting.bench.prompt_file import Prompt
+from drafting.models.chat_template import encode
+from drafting.speculators import create
+from drafting.bench.contenders import REFERENCE, Contender
+from drafting.bench.one_prompt import run_one
+from drafting.bench.results import ResultsFile, Skip
+from drafting.bench.settings import BenchSettings
+from drafting.bench.timing import ForwardTimer
 
 WARMUP_TOKENS = 8
 

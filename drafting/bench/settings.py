@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sampling import SamplingParams
-from .identity import TIE_MARGIN
+from drafting.engine.sampling import SamplingParams
+from drafting.bench.identity import TIE_MARGIN
 
 
 @dataclass

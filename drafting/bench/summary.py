@@ -6,8 +6,8 @@ A summary column is added in ``_totals`` (per speculator and per task) or in ``s
 
 from __future__ import annotations
 
-from ..trace import StepRecord
-from .contenders import HF_AR, REFERENCE, is_number
+from drafting.engine.trace import StepRecord
+from drafting.bench.contenders import HF_AR, REFERENCE, is_number
 
 PLAIN = (REFERENCE, HF_AR)  # the plain decodings a speculator's speedup is measured against
 

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from ..phase_clock import model_devices
+from drafting.engine.phase_clock import model_devices
 
 
 class ForwardTimer:

@@ -6,10 +6,10 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from ..model import LoadedModel
-from ..prompt_file import Prompt
-from ..trace import TraceWriter
-from .settings import BenchSettings
+from drafting.engine.loaded_model import LoadedModel
+from drafting.bench.prompt_file import Prompt
+from drafting.engine.trace import TraceWriter
+from drafting.bench.settings import BenchSettings
 
 
 def trace_path(trace_dir: Path, prompt_id: str, spec: str) -> Path:

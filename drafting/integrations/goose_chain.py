@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from ..sources.context import SpineMatcher
-from ..speculators.goose import EMA_ALPHA, base_ratio
-from .token_adjacency import TokenAdjacency
+from drafting.sources.context import SpineMatcher
+from drafting.speculators.goose import EMA_ALPHA, base_ratio
+from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
 TABLE = "table"

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 
-from .goose_chain import SPINE, TABLE, RequestChain
-from .token_adjacency import TokenAdjacency
+from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain
+from drafting.integrations.token_adjacency import TokenAdjacency
 
 CLASS_PATH = "drafting.integrations.vllm.GooseProposer"
 SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom proposer's own settings

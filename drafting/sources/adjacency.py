@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..row_max import row_topk
+from drafting.engine.fast_topk import row_topk
 
 FORMAT = 1
 

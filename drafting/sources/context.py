@@ -123,3 +123,13 @@ class SpineMatcher(ContextIndex):
                 break
             if not grown:
                 return
+
+
+def catch_up(index, context: list[int]) -> bool:
+    """Extend a context index (drafting.sources.context) to ``context`` if what it holds is a prefix of it; the
+    result is the index ``reset(context)`` would build, without re-reading the whole conversation."""
+    seen = index.tokens
+    if len(seen) > len(context) or context[: len(seen)] != seen:
+        return False
+    index.extend(context[len(seen):])
+    return True

@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import Option, SpecError, Speculator, StepResult
+from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.errors import SpecError
 
 __all__ = ["Option", "Speculator", "StepResult", "SpecError", "registry", "create", "parse_spec"]
 

@@ -1,7 +1,7 @@
 """Plain decoding: one token per forward pass. The reference every other speculator must reproduce."""
 
-from ..tree import Draft, DraftTree
-from .base import Speculator
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.speculator import Speculator
 
 
 class PlainDecoding(Speculator):

@@ -18,9 +18,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from ..tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
-from .base import Option, StepResult
-from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
+from drafting.engine.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
+from drafting.engine.speculator import Option, StepResult
+from drafting.speculators.tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
 EMA_ALPHA = 0.3
 

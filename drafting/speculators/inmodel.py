@@ -2,17 +2,18 @@
 curve and the tokens steps actually produced), EOS ids, and the argmaxes of the draft rows.
 
 ``rows`` counts every row of the forward (root + guess tree + draft rows). With ``auto`` the budget is chosen
-per step among a few sizes by ``drafting.budget.OnlineBudget`` (Lookahead); where no size beats plain decoding
+per step among a few sizes by ``drafting.budget.selection.OnlineBudget`` (Lookahead); where no size beats plain decoding
 the step is plain (one row) and the draft state waits, with an occasional probe. A subclass that can estimate
 what its guesses will earn sizes its steps itself (PTD, ``online_budget = False``) from the same cost curves.
 """
 
 from __future__ import annotations
 
-from ..budget import OnlineBudget
-from ..row_max import row_argmax
-from ..tree import Draft, DraftTree
-from .base import Option, SpecError, Speculator, StepResult
+from drafting.budget.online import OnlineBudget
+from drafting.engine.fast_topk import row_argmax
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.errors import SpecError
 
 AUTO_SIZES = (8, 16)  # past 16 rows the cost curve climbs faster than in-model drafts gain here
 
@@ -37,13 +38,13 @@ class InModelDrafter(Speculator):
             raise SpecError(f"{self.name} needs rows >= 1 (1 = plain steps) or rows=auto.")
         self.eos: set[int] = set()
         self.budget: OnlineBudget | None = None
-        self.cost = None  # verify cost curves (drafting.cost.PrefixCost), set by bind() when rows=auto
+        self.cost = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when rows=auto
         self.counts = {"steps": 0, "plain_steps": 0, "draft_rows": 0, "guess_nodes": 0, "accepted": 0}
 
     def bind(self, lm) -> None:
         self.eos = set(lm.eos_ids)
         if self.settings["rows"] == "auto" and self.cost is None:
-            from ..budget import sane_curve
+            from drafting.machine.verify_cost import sane_curve
 
             self.cost = sane_curve(lm)
             if self.online_budget:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from ..tree import ADJACENCY, CONTEXT, DraftTree
-from .base import Option, SpecError
-from .goose import spine_key, spine_prior
-from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
+from drafting.engine.tree import ADJACENCY, CONTEXT, DraftTree
+from drafting.engine.speculator import Option
+from drafting.errors import SpecError
+from drafting.speculators.goose import spine_key, spine_prior
+from drafting.speculators.tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
 
 def build_kary_tree(root: int, before_root: int, chain: list[int], conf: float, budget: int, table, *, k: int = 3,

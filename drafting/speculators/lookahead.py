@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import random
 
-from ..sources.ngram_pool import NgramPool
-from ..tree import POOL, Draft, DraftRows, DraftTree
-from .base import Option, SpecError, StepResult
-from .inmodel import ROWS_OPTION, InModelDrafter
+from drafting.sources.ngram_pool import NgramPool
+from drafting.engine.tree import POOL, Draft, DraftRows, DraftTree
+from drafting.engine.speculator import Option, StepResult
+from drafting.errors import SpecError
+from drafting.speculators.inmodel import ROWS_OPTION, InModelDrafter
 
 
 class Lookahead(InModelDrafter):

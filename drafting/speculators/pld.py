@@ -7,9 +7,11 @@ starts repeating itself.
 
 from __future__ import annotations
 
-from ..sources.context import ContextIndex
-from ..tree import CONTEXT, Draft, DraftTree
-from .base import Option, SpecError, Speculator, StepResult, catch_up
+from drafting.sources.context import ContextIndex
+from drafting.engine.tree import CONTEXT, Draft, DraftTree
+from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.errors import SpecError
+from drafting.sources.context import catch_up
 
 
 class PromptLookup(Speculator):

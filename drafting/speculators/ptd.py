@@ -18,7 +18,7 @@ A new generation starts from two short chains (depth 2) taken from the prompt. T
 the same pass, is the trie of the last committed token.
 
 ``rows=auto`` sizes each step by what its guess tree is expected to earn, with GOOSE's machinery
-(``drafting.budget``): every trie node offered gets an online acceptance estimate keyed by its depth and its
+(``drafting.budget.selection``): every trie node offered gets an online acceptance estimate keyed by its depth and its
 rank among its siblings, nodes are ranked by path probability, and as many are verified as pay on the measured
 cost curve, with up to ``riders`` draft rows riding along; a step whose guesses do not pay (or whose
 trie is empty) is a plain one-row step. Drafts depend only on what earlier steps left (argmaxes of draft rows
@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import random
 
-from ..budget import AcceptanceStats, paying_nodes
-from ..row_max import row_argmax
-from ..sources.token_trie import TriePool
-from ..tree import Draft, DraftRows, DraftTree
-from .base import Option, SpecError, StepResult
-from .inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
+from drafting.budget.acceptance_rates import AcceptanceStats
+from drafting.budget.selection import paying_nodes
+from drafting.engine.fast_topk import row_argmax
+from drafting.sources.token_trie import TriePool
+from drafting.engine.tree import Draft, DraftRows, DraftTree
+from drafting.engine.speculator import Option, StepResult
+from drafting.errors import SpecError
+from drafting.speculators.inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
 
 GUESS = "ptd-guess"  # tree source tag: a guess from the candidate pool
 

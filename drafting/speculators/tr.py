@@ -7,9 +7,9 @@ those with the largest rank prior product, so rank-0 chains reach depth 6 while 
 
 from __future__ import annotations
 
-from ..tree import ADJACENCY, DraftTree
-from .base import Option
-from .tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
+from drafting.engine.tree import ADJACENCY, DraftTree
+from drafting.engine.speculator import Option
+from drafting.speculators.tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
 
 LEVELS = (8, 21, 25, 15, 8, 3)
 # rough acceptance of the r-th ranked successor; only its ordering shapes the template

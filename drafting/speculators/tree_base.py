@@ -1,6 +1,6 @@
 """What `tr`, `iso` and `goose` share: the adjacency table (harvested from every forward pass), the context
 matcher, per-source acceptance counters, and ``budget=auto`` — pick, from a candidate tree, the nodes whose
-estimated path probability pays for their measured verification cost (see ``drafting.budget``).
+estimated path probability pays for their measured verification cost (see ``drafting.budget.selection``).
 
 Subclasses implement ``candidates(context)``, returning a ``Candidates``: a tree plus, per node, an
 acceptance-statistics key and a prior acceptance probability, and the order in which nodes would be added.
@@ -15,11 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..budget import AcceptanceStats, paying_nodes
-from ..sources.adjacency import AdjacencyCacheError, AdjacencyTable
-from ..sources.context import SpineMatcher
-from ..tree import Draft, DraftTree
-from .base import Option, SpecError, Speculator, StepResult, catch_up
+from drafting.budget.acceptance_rates import AcceptanceStats
+from drafting.budget.selection import paying_nodes
+from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable
+from drafting.sources.context import SpineMatcher
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.errors import SpecError
+from drafting.sources.context import catch_up
 
 _CURVES: dict = {}  # per loaded model in this process: checked (and if need be re-measured) once
 _SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
@@ -79,7 +82,7 @@ class TreeSpeculator(Speculator):
         self.table = AdjacencyTable(k=s.get("k_table", self.table_k), bigram=s.get("bigram", True))
         self.matcher = SpineMatcher()
         self.acceptance = AcceptanceStats()
-        self.curve = None  # verify cost curves (drafting.cost.PrefixCost), set by bind() when budget=auto
+        self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when budget=auto
         self.overhead_s = 0.0  # EMA of the speculator's own time per step (propose + observe)
         self.counts: Counter = Counter()
         self._keys: list | None = None  # per node of the last proposed draft
@@ -117,7 +120,7 @@ class TreeSpeculator(Speculator):
 
     def bind(self, lm) -> None:
         if self.auto and self.curve is None:
-            from ..budget import sane_curve
+            from drafting.machine.verify_cost import sane_curve
 
             key = (id(lm.model), str(lm.device), str(lm.dtype))
             curve = _CURVES.get(key)
@@ -200,7 +203,7 @@ class TreeSpeculator(Speculator):
 
 
 def route_of(tree: DraftTree) -> str:
-    from ..tree import CONTEXT, SPINE
+    from drafting.engine.tree import CONTEXT, SPINE
 
     if len(tree) == 1:
         return "single"

@@ -1,0 +1,116 @@
+"""transformers' own greedy (or sampled) ``generate()``, ``hf-ar``: the plain decoding users already have, on the
+model exactly as transformers loads it, run on the same prompt ids with the same stop rules as our decoders.
+
+"Exactly as transformers loads it" means a second model instance, loaded from the same folder (for a GGUF, the
+converted folder), in the same dtype and device, with none of goose's changes: no packed or int8 weights, no
+grouped tree attention. One such instance per model, dtype and device is shared by ``hf-ar`` and ``hf-pld``.
+Not registry speculators (they drive their own loop); benchmarks know them by name.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from drafting.errors import ContextError
+from drafting.engine.decode import GenerationResult
+from drafting.models.gguf_convert import converted_folder
+from drafting.engine.loaded_model import LoadedModel
+from drafting.models.loader import _quiet_transformers
+from drafting.engine.sampling import SamplingParams
+
+NAME = "hf-ar"
+_PLAIN: dict[tuple, torch.nn.Module] = {}
+
+
+def plain_source(lm: LoadedModel) -> str:
+    """Where transformers loads ``lm`` from: its folder, its GGUF's converted folder, or its hub id."""
+    if lm.gguf is not None:  # the embedded model, a built-in name or a .gguf file
+        return str(converted_folder(lm.gguf))
+    path = Path(lm.name).expanduser()
+    return str(path) if path.exists() else lm.name
+
+
+def plain_model(lm: LoadedModel) -> torch.nn.Module:
+    """The unmodified transformers model of ``lm`` (loaded once per model, dtype and device)."""
+    key = (lm.name, str(lm.dtype), str(lm.device))
+    if key not in _PLAIN:
+        from transformers import AutoModelForCausalLM
+
+        _quiet_transformers()
+        net = AutoModelForCausalLM.from_pretrained(plain_source(lm), dtype=lm.dtype)
+        _PLAIN[key] = net.to(lm.device).eval()
+    return _PLAIN[key]
+
+
+def same_network(lm: LoadedModel) -> bool:
+    """Whether the unmodified model computes what ``lm`` computes (up to float rounding): not with int8 weights."""
+    return lm.weights != "int8"
+
+
+def run_generate(model: torch.nn.Module, lm: LoadedModel, params: SamplingParams, prompt_ids: list[int],
+                 max_new_tokens: int, **extra) -> GenerationResult:
+    """``model.generate`` on ``prompt_ids`` with our token limit, context check and EOS rule."""
+    if not prompt_ids:
+        raise ContextError("The prompt is empty.")
+    room = lm.max_context - len(prompt_ids)
+    if room < 1:
+        raise ContextError(
+            f"The prompt has {len(prompt_ids)} tokens, more than the model's context window of "
+            f"{lm.max_context} leaves room for."
+        )
+    eos = sorted(lm.eos_ids)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
+    kwargs = dict(
+        max_new_tokens=min(max_new_tokens, room),
+        eos_token_id=eos or None,
+        pad_token_id=eos[0] if eos else 0,
+        attention_mask=torch.ones_like(ids),
+        **extra,
+    )
+    if params.greedy:
+        kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    else:
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        kwargs.update(do_sample=True, temperature=params.temperature, top_k=params.top_k or None, top_p=params.top_p)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, **kwargs)
+    wall = time.perf_counter() - t0
+    new = [int(t) for t in out[0, len(prompt_ids):].tolist()]
+    stop = "max_new_tokens"
+    for i, tok in enumerate(new):
+        if tok in lm.eos_ids:
+            new, stop = new[: i + 1], "eos"
+            break
+    if stop != "eos" and len(new) < max_new_tokens:
+        stop = "context"
+    return GenerationResult(prompt_ids=list(prompt_ids), output_ids=new, stop_reason=stop, wall_s=wall)
+
+
+class HFGenerate:
+    """Plain decoding with ``generate()`` on the unmodified model; greedy unless sampling is asked for."""
+
+    name = NAME
+
+    def __init__(self, lm: LoadedModel, params: SamplingParams | None = None):
+        self.lm = lm
+        self.params = params or SamplingParams()
+        self.model = plain_model(lm)
+        self.same_network = same_network(lm)
+
+    def spec(self) -> str:
+        return self.name
+
+    def stats(self) -> dict:
+        return {}
+
+    def generate_options(self) -> dict:
+        """Extra keyword arguments for ``generate()`` (none: plain decoding)."""
+        return {}
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GenerationResult:
+        return run_generate(self.model, self.lm, self.params, prompt_ids, max_new_tokens, **self.generate_options())

@@ -1,0 +1,70 @@
+"""How many draft nodes pay on this hardware (REFERENCE §7).
+
+A step that verifies n draft nodes (n + 1 rows with the root) costs ``overhead + curve.time(n + 1)`` seconds
+and is expected to emit ``1 + sum of the nodes' path probabilities`` tokens (a node's path probability is the
+chance that it and all its ancestors are accepted). Given candidate nodes in the order they would be added
+(best-first, parents before children), ``best_prefix`` picks the count that maximises tokens per second.
+Because the measured curve is used, the same rule picks small trees on a CPU and large ones on a GPU.
+
+``AcceptanceStats`` keeps the online estimates the probabilities come from: a Beta posterior per key (the
+speculator decides what a key is: source, depth, score bucket, ...).
+
+For drafters that cannot predict their acceptance (in-model drafting: Lookahead, PTD), ``OnlineBudget`` learns
+tokens per step for a few candidate row counts from the steps actually run and falls back to plain steps when
+no size pays.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Sequence
+
+
+def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max_nodes: int | None = None,
+                riders: int = 0) -> int:
+    """Number of leading candidates (0 = a plain one-row step) that maximises expected tokens per second.
+
+    ``curve`` needs ``time(rows) -> seconds`` (``drafting.machine.cost_curve.CostCurve``); ``riders`` rows that earn nothing
+    this step (PTD's draft rows) ride along whenever at least one candidate is drafted."""
+    n_max = len(path_probs) if max_nodes is None else min(len(path_probs), max_nodes)
+    best_n, best_rate = 0, 1.0 / (overhead_s + curve.time(1))
+    gain = 1.0
+    for n in range(1, n_max + 1):
+        gain += path_probs[n - 1]
+        rate = gain / (overhead_s + curve.time(n + 1 + riders))
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n
+
+
+def paying_nodes(parents: Sequence[int], accept: Sequence[float], curve, overhead_s: float = 0.0, riders: int = 0,
+                 ranked: bool = True) -> list[int]:
+    """The nodes (ascending, root excluded) of the candidate tree worth verifying: ``accept[i]`` is node i's
+    acceptance probability given its parent, multiplied down into path probabilities; nodes are taken best-first
+    (``ranked``) or in index order, and the prefix that maximises expected tokens per second is kept."""
+    probs = [1.0] * len(parents)
+    for i in range(1, len(parents)):
+        probs[i] = probs[parents[i]] * accept[i]
+    order = best_first(parents, probs) if ranked else list(range(1, len(parents)))
+    n = best_prefix([probs[i] for i in order], curve, overhead_s, riders=riders)
+    return sorted(order[:n])
+
+
+def best_first(parents: Sequence[int], probs: Sequence[float]) -> list[int]:
+    """Node order (root excluded) by falling path probability; a node never precedes its parent.
+
+    ``probs[i]`` is node i's path probability; node 0 is the root, ``parents[i] < i``."""
+    kids: list[list[int]] = [[] for _ in parents]
+    for i in range(1, len(parents)):
+        kids[parents[i]].append(i)
+    order: list[int] = []
+    heap = [(-probs[c], c) for c in kids[0]]
+    heapq.heapify(heap)
+    while heap:
+        _, node = heapq.heappop(heap)
+        order.append(node)
+        for c in kids[node]:
+            heapq.heappush(heap, (-probs[c], c))
+    return order
+
+

@@ -1,0 +1,1 @@
+"""A conversation whose KV cache is kept between turns."""

@@ -1,0 +1,151 @@
+"""The acceptance rules: which nodes of a verified draft tree are accepted, and the bonus token after them.
+
+An acceptor turns a tree and the target's logits for it into (accepted node indices, root first; bonus token).
+Greedy (temperature 0): walk from the root while a child carries the target's argmax; the bonus is the argmax
+at the last accepted node. Sampled (temperature > 0): lossless tree sampling (speculative sampling's rejection
+rule, tried child by child), so the emitted tokens are distributed exactly as plain sampling from the warped
+target, whatever the speculator drafted.
+
+For deterministic drafts (every speculator here proposes tokens, not distributions), at a node v with warped
+target distribution p the children are tried in order: child x is accepted with probability r(x), where r starts
+as p; on rejection r(x) is set to 0 and r renormalised. If no child is accepted, y ~ r is emitted and the step
+ends; if one is, the walk continues from it with its own p. A node without children emits a bonus y ~ p.
+
+All siblings of a node are decided on the device at once: with q_j = p(x_j) and m_j = 1 - sum_{i<j} q_i (the
+mass r still has before child j is tried), child j is accepted with probability r(x_j) = q_j / m_j, i.e. when
+u_j * m_j < q_j for a uniform u_j. The first accepted child wins; the residual sample is drawn alongside, so each
+visited node costs one host sync, and only the rows the walk visits are warped.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from drafting.engine.fast_topk import row_argmax
+from drafting.engine.sampling import SamplingParams, sample, warp
+from drafting.engine.tree import DraftTree
+
+Acceptor = Callable[[DraftTree, torch.Tensor], tuple[list[int], int]]
+
+
+def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
+    """Walk from the root while a child carries the target's argmax; return (accepted nodes, bonus token)."""
+    node = 0
+    path = [0]
+    while True:
+        nxt = tree.child(node, argmax[node])
+        if nxt is None:
+            return path, argmax[node]
+        path.append(nxt)
+        node = nxt
+
+
+def greedy_acceptor(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy acceptance over the tree's rows of ``logits`` (draft rows after the tree are ignored)."""
+    return greedy_accept(tree, row_argmax(logits[: len(tree)]).tolist())
+
+
+def sibling_choice(
+    p: torch.Tensor, child_tokens: torch.Tensor, uniforms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-candidate rejection at one node, on the device.
+
+    ``p``: warped distribution (V,); ``child_tokens``: the children's distinct tokens in the order they are tried;
+    ``uniforms``: one U(0,1) per child. Returns (index of the first accepted child, or len(children) when all are
+    rejected; the residual r, unnormalised: p with every child's token removed, or p itself when the children
+    carry all of its mass so the residual is never used).
+    """
+    q = p[child_tokens]
+    mass_left = 1.0 - (q.cumsum(0) - q)
+    accept = uniforms * mass_left < q
+    first = torch.cat([accept, accept.new_ones(1)]).to(torch.int8).argmax()
+    residual = p.index_fill(0, child_tokens, 0.0)
+    residual = torch.where(residual.sum() > 0, residual, p)
+    return first, residual
+
+
+class TreeSampler:
+    """Lossless sampling acceptor for trees, chains and plain decoding (a one-node tree).
+
+    Only rows < len(tree) are read, so draft rows of in-model drafting (PTD, Lookahead) that follow the tree in
+    ``logits`` are ignored. The random generator is seeded once (``seed``) and lives on the logits' device.
+    """
+
+    def __init__(self, params: SamplingParams):
+        params.check()
+        self.params = params
+        self._gen: torch.Generator | None = None
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        if self._gen is None or self._gen.device != torch.device(device):
+            gen = torch.Generator(device=device)
+            if self.params.seed is None:
+                gen.seed()
+            else:
+                gen.manual_seed(self.params.seed)
+            self._gen = gen
+        return self._gen
+
+    def __call__(self, tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
+        # The walk's vocabulary-sized element-wise ops are tiny on one thread, but each one split across
+        # threads waits for every core, which on a busy machine costs far more than the op (docs/measurements.md).
+        threads = torch.get_num_threads()
+        if logits.device.type != "cpu" or threads == 1:
+            return self._walk(tree, logits)
+        torch.set_num_threads(1)
+        try:
+            return self._walk(tree, logits)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _walk(self, tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
+        gen = self.generator(logits.device)
+        kids = _distinct_children(tree)
+        node, path = 0, [0]
+        while True:
+            p = warp(logits[node], self.params)
+            nodes = kids[node]
+            uniforms = torch.rand(len(nodes) + 1, generator=gen, device=p.device)
+            if not nodes:  # end of the accepted path: the bonus token
+                return path, int(sample(p, uniforms))
+            tokens = torch.tensor([tree.tokens[i] for i in nodes], device=p.device)
+            first, residual = sibling_choice(p, tokens, uniforms[:-1])
+            y = sample(residual, uniforms[-1:])
+            chosen, token = torch.cat([first.view(1), y]).tolist()  # the one host sync of this node
+            if chosen == len(nodes):
+                return path, token
+            node = nodes[chosen]
+            path.append(node)
+
+
+def _distinct_children(tree: DraftTree) -> list[list[int]]:
+    """Children of every node in insertion order with repeated sibling tokens merged.
+
+    DraftTree already keeps siblings distinct; a tree built otherwise is still verified exactly: a repeated
+    sibling folds into its first copy, and its subtree hangs under that copy (same tokens at the same positions,
+    so their logits and cached keys are those of the merged path).
+    """
+    kids: list[list[int]] = [[] for _ in tree.tokens]
+    canon = list(range(len(tree.tokens)))
+    first: dict[tuple[int, int], int] = {}
+    for i in range(1, len(tree.tokens)):
+        key = (canon[tree.parents[i]], tree.tokens[i])
+        if key in first:
+            canon[i] = first[key]
+        else:
+            first[key] = i
+            kids[key[0]].append(i)
+    return kids
+
+
+def make_acceptor(params: SamplingParams) -> Acceptor:
+    """The acceptor for these settings: greedy walk at temperature 0, lossless tree sampling above.
+
+    Each call returns a fresh acceptor (its own generator seeded with ``params.seed``).
+    """
+    params.check()
+    if params.greedy:
+        return greedy_acceptor
+    return TreeSampler(params)

@@ -1,0 +1,95 @@
+"""A KV cache that writes into preallocated buffers instead of concatenating on every forward.
+
+transformers' ``DynamicCache`` grows each layer with ``torch.cat``, which copies the whole cache every step.
+Here each layer keeps one buffer with spare room (grown by doubling) holding keys and values side by side, and
+exposes views of its filled part, so a step writes only its new rows, cropping rejected tree rows is free, and
+keeping an accepted tree path is one gather per layer.
+
+Sliding-window layers are kept whole as well: transformers' sliding layers drop tokens that fell out of the
+window, and after a tree step (rows past the window's end, then compaction) they would no longer hold the
+tokens sequential decoding sees. The window is applied by the mask instead (drafting.engine.tree.tree_mask and the
+model's own mask for chains), so a windowed layer costs the memory of a full one.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+INITIAL_CAPACITY = 1024
+
+# cache layers whose content is a plain sequence of keys and values, so a buffered full layer can stand in
+REPLACEABLE = (DynamicLayer, DynamicSlidingWindowLayer)
+
+
+class BufferedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose ``keys``/``values`` are views of one preallocated buffer (two if their shapes
+    differ)."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self._kv = self._k = self._v = None
+        self.keys = key_states[:, :, :0]
+        self.values = value_states[:, :, :0]
+        self.is_initialized = True
+
+    def _capacity(self) -> int:
+        if self._kv is not None:
+            return self._kv.shape[3]
+        return self._k.shape[2] if self._k is not None else 0
+
+    def _view(self, length: int) -> None:
+        if self._kv is not None:
+            self.keys, self.values = self._kv[0, :, :, :length], self._kv[1, :, :, :length]
+        else:
+            self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+
+    def _reserve(self, need: int, like_k: torch.Tensor, like_v: torch.Tensor) -> None:
+        if self._capacity() >= need:
+            return
+        cap = max(INITIAL_CAPACITY, need, 2 * self._capacity())
+        n = self.keys.shape[2]
+        old_k, old_v = self.keys, self.values
+        if like_k.shape == like_v.shape and like_k.dtype == like_v.dtype:
+            self._kv = like_k.new_empty((2, *like_k.shape[:2], cap, like_k.shape[3]))
+        else:
+            self._k = like_k.new_empty((*like_k.shape[:2], cap, like_k.shape[3]))
+            self._v = like_v.new_empty((*like_v.shape[:2], cap, like_v.shape[3]))
+        self._view(n)
+        if n:
+            self.keys.copy_(old_k)
+            self.values.copy_(old_v)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, m = self.keys.shape[2], key_states.shape[2]
+        self._reserve(n + m, key_states, value_states)
+        self._view(n + m)
+        self.keys[:, :, n:].copy_(key_states)
+        self.values[:, :, n:].copy_(value_states)
+        return self.keys, self.values
+
+    def keep(self, start: int, src: torch.Tensor) -> None:
+        """Move the rows at sequence indices ``src`` (on this layer's device) to ``start``, ``start + 1``, ...
+        and drop everything after them."""
+        end = start + src.numel()
+        if self._kv is not None:
+            self._kv[:, :, :, start:end] = self._kv.index_select(3, src)
+        else:
+            self._k[:, :, start:end] = self._k.index_select(2, src)
+            self._v[:, :, start:end] = self._v.index_select(2, src)
+        self._view(end)
+
+    def reset(self) -> None:
+        self._kv = self._k = self._v = None
+        super().reset()
+
+
+def new_cache(config) -> DynamicCache:
+    """A ``DynamicCache`` for ``config`` whose attention layers (full and sliding-window) are buffered and kept
+    whole; other kinds of layer (refused for tree steps by drafting.engine.model_support) keep transformers' own."""
+    cache = DynamicCache(config=config)
+    cache.layers = [BufferedLayer() if type(layer) in REPLACEABLE else layer for layer in cache.layers]
+    return cache

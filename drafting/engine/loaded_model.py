@@ -1,0 +1,38 @@
+"""The model the engine runs: the network, its tokenizer and what the loader learned about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    eos_ids: set[int] = field(default_factory=set)
+    max_context: int = 2048
+    sliding_window: int | None = None
+    weights: str = "float"  # weight format applied at load time (drafting.weights.formats)
+    gguf: Path | None = None  # the GGUF file the weights were converted from, if any
+    mode_choice: object = None  # drafting.weights.probe.ModeChoice when --weights auto measured the choice
+
+    @property
+    def vocab_size(self) -> int:
+        head = self.model.get_output_embeddings()
+        out = getattr(head, "out_features", None)  # quantised heads have no plain .weight tensor
+        return int(out if out is not None else head.weight.shape[0])
+
+    @property
+    def mode(self) -> str:
+        """dtype and weight format, e.g. ``float32`` or ``bfloat16+int8``."""
+        dt = str(self.dtype).replace("torch.", "")
+        return dt if self.weights == "float" else f"{dt}+{self.weights}"
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.device.type} ({self.mode})"

@@ -1,0 +1,168 @@
+"""The verification cost curve: seconds per forward pass as a function of the rows it carries.
+
+Measured once per model, device and dtype (a few seconds) and cached as JSON under the goose cache folder.
+Tree budgets (GOOSE ``budget=auto``, PTD rows ``auto``) read it to decide how many nodes pay on this hardware.
+Extra rows cost more after a long prompt (each attends over the whole cache), so ``PrefixCost`` keeps the
+curve at two cache lengths and interpolates between them for the step at hand.
+
+A cached curve can be wrong for this run (measured while the machine was busy, or the machine is busy now).
+``CurveWatch`` compares it with the run's own one-row steps (the decode loop reports them through
+``note_step``): when their median differs by more than ``DRIFT`` the curve is measured again, in place, so every
+budget reading it follows; when other processes hold the cores at that moment the curve is left alone and the
+run says once (``take_notices``) that the machine is oversubscribed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from bisect import bisect_left
+from dataclasses import asdict, dataclass
+
+import torch
+from drafting.engine.kv_cache import new_cache
+
+from drafting.engine.loaded_model import LoadedModel
+from drafting.disk_cache import cache_dir
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.forward import Forward
+from drafting.weights.formats import format_key
+
+# The points are close where CPU kernels change path: up to 8 rows (torch's own call for the few-row products it
+# does faster, drafting.weights.mkl: a 3-row forward costs far less than halfway between 2 and 4) and between 8
+# and 32 (MKL's small-row product stops at 16 rows; a straight line from 16 to 32 prices 17-24 rows far too low).
+DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128)
+SMALL_ROWS = 8
+
+
+@dataclass
+class CostCurve:
+    sizes: list[int]
+    seconds: list[float]  # median seconds of one forward with that many rows
+
+    def time(self, n: int) -> float:
+        """Seconds for a forward of ``n`` rows, interpolated linearly (extrapolated past the last size)."""
+        s, t = self.sizes, self.seconds
+        n = max(1, n)
+        if n <= s[0]:
+            return t[0]
+        i = bisect_left(s, n)
+        if i >= len(s):
+            slope = (t[-1] - t[-2]) / (s[-1] - s[-2])
+            return t[-1] + slope * (n - s[-1])
+        if s[i] == n:
+            return t[i]
+        frac = (n - s[i - 1]) / (s[i] - s[i - 1])
+        return t[i - 1] + frac * (t[i] - t[i - 1])
+
+    def relative(self, n: int) -> float:
+        """Cost of ``n`` rows relative to a one-row step."""
+        return self.time(n) / self.seconds[0]
+
+
+LONG_PREFIX = 1536
+
+
+@dataclass
+class PrefixCost:
+    """Cost curves after ``short_prefix`` and ``long_prefix`` cached tokens; ``at(prefix)`` interpolates
+    (and extrapolates) each size linearly in the cache length."""
+
+    short: CostCurve
+    long: CostCurve | None = None
+    short_prefix: int = 256
+    long_prefix: int = LONG_PREFIX
+
+    def at(self, prefix: int) -> CostCurve:
+        if self.long is None:
+            return self.short
+        f = max(0.0, (prefix - self.short_prefix) / (self.long_prefix - self.short_prefix))
+        seconds = [a + f * (b - a) for a, b in zip(self.short.seconds, self.long.seconds)]
+        return CostCurve(sizes=list(self.short.sizes), seconds=seconds)
+
+
+def prefix_cost(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
+    """The cached curves at a short and (where the context allows) a long cache length."""
+    long_prefix = min(LONG_PREFIX, lm.max_context - max(DEFAULT_SIZES) - 1)
+    short = cost_curve(lm, refresh=refresh)
+    if long_prefix < 2 * 256:
+        return PrefixCost(short)
+    return PrefixCost(short, cost_curve(lm, prefix=long_prefix, refresh=refresh), 256, long_prefix)
+
+
+def _sync(lm: LoadedModel) -> None:
+    """Wait for every CUDA device the model lives on (a device map spreads it over several)."""
+    if lm.device.type != "cuda":
+        return
+    for dev in {p.device for p in lm.model.parameters() if p.device.type == "cuda"} or {lm.device}:
+        torch.cuda.synchronize(dev)
+
+
+def _key(lm: LoadedModel, prefix: int) -> str:
+    raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
+    if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
+        raw += f"|{format_key(lm.model, lm.weights)}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3,
+            limit_s: float | None = None) -> CostCurve:
+    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask).
+    With ``limit_s``, a first size slower than that ends the measurement there (the curve keeps one point)."""
+    fwd = Forward(lm.model, lm.dtype, lm.device)
+    gen = torch.Generator().manual_seed(0)
+    vocab = min(lm.vocab_size, 32000)
+    low = 100 if vocab > 200 else 0  # skip special ids, except in tiny test vocabularies
+    ids = torch.randint(low, vocab, (prefix + max(sizes) + 1,), generator=gen).tolist()
+    cache = new_cache(lm.model.config)
+    fwd.prefill(ids[:prefix], cache)
+    seconds = []
+    for n in sizes:
+        tree = DraftTree(ids[prefix])
+        # a star keeps the 4-D mask path that real trees take (a plain chain would use the causal fast path)
+        for t in ids[prefix + 1 : prefix + n]:
+            tree.add(t, 0, "probe")
+        draft = Draft(tree=tree)
+        times = []
+        # small steps are cheap to repeat and the budget reads their differences (a few ms), so they get more
+        for r in range((repeats if n > SMALL_ROWS else 2 * repeats + 1) + 1):
+            t0 = time.perf_counter()
+            fwd.step(draft, cache)
+            _sync(lm)
+            if r:  # the first run warms up this shape
+                times.append(time.perf_counter() - t0)
+            cache.crop(-len(tree))
+            if limit_s is not None and not seconds and times and times[0] > limit_s:
+                break  # one timed forward is enough to know it is too slow
+        seconds.append(sorted(times)[len(times) // 2])
+        if limit_s is not None and seconds[0] > limit_s:
+            break
+    return CostCurve(sizes=list(sizes)[: len(seconds)], seconds=seconds)
+
+
+def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> CostCurve:
+    """The cached curve for this model, device, dtype, weight format and thread count; measured when missing
+    (and stored, unless other processes held the cores meanwhile)."""
+    from drafting.machine.load import LoadMeter
+
+    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
+    if path.exists() and not refresh:
+        try:
+            cached = CostCurve(**json.loads(path.read_text()))
+            if tuple(cached.sizes) == DEFAULT_SIZES:  # a curve of other sizes (an older goose) is measured again
+                return cached
+        except (ValueError, TypeError):
+            pass
+    with LoadMeter() as meter:
+        curve = measure(lm, prefix=prefix)
+    if meter.load is None or not meter.load.busy:
+        store_curve(lm, prefix, curve)
+    return curve
+
+
+def store_curve(lm: LoadedModel, prefix: int, curve: CostCurve) -> None:
+    """Make ``curve`` the cached one for this model and mode (what later tree budgets read)."""
+    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(curve)))

