@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from tinymodel import tiny_llama
+from support.tinymodel import tiny_llama
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

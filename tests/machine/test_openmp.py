@@ -41,7 +41,7 @@ def test_startup_settings_never_override_the_user():
 def _child_env(**extra):
     import subprocess
 
-    from cli import ROOT
+    from support.cli import ROOT
 
     clean = {k: v for k, v in os.environ.items()
              if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "GOOSE_OPENMP")}

@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from cli import run_goose
+from support.cli import run_goose
 
 
 def _run(spec, pid, tokens, wall, task="t"):

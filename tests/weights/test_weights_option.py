@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from cli import ROOT, cli_env, run_goose
+from support.cli import ROOT, cli_env, run_goose
 
 from drafting.weights import int8 as int8_linear
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from drafting.engine.trace import read_trace
-from screentext import screen_text, sync
+from support.screentext import screen_text, sync
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 

@@ -17,14 +17,14 @@ from collections import Counter
 from itertools import product
 
 import pytest
-from tinymodel import tiny_llama
+from support.tinymodel import tiny_llama
 import torch
 
 from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder
 from drafting.engine.sampling import SamplingParams, warp
 from drafting.speculators import create, registry
-from sampling_reference import chi_square, reference_warp
+from support.sampling_reference import chi_square, reference_warp
 
 VOCAB = 16
 LENGTH = 3  # tokens per sampled continuation

@@ -8,7 +8,7 @@ import json
 import subprocess
 
 import pytest
-from cli import run_goose
+from support.cli import run_goose
 import torch
 
 from drafting.weights import int8 as int8_linear

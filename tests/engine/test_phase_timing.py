@@ -46,7 +46,7 @@ def test_timed_phases_are_sane_and_output_equals_ar(tiny_lm, spec):
 @pytest.mark.skipif(not os.environ.get("GOOSE_COMPILE_TESTS"),
                     reason="compiles the step (about a minute on two CPU cores); set GOOSE_COMPILE_TESTS=1")
 def test_compiled_static_step_equals_plain_decoding_on_cpu():
-    from tinymodel import tiny_llama
+    from support.tinymodel import tiny_llama
 
     tiny_lm = tiny_llama(128, 64, 512, bos=1, eos_ids={127}, name="tiny-compiled")  # compile changes attention
     ids = _prompt()

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from drafting.engine.trace import TRACE_VERSION, StepRecord, TraceError, TraceWriter, read_trace
-from tracefixtures import WordTokenizer, goose_records, ptd_records, write_fixture_traces
+from support.tracefixtures import WordTokenizer, goose_records, ptd_records, write_fixture_traces
 
 
 def test_round_trip_keeps_every_field_and_token_text(tmp_path):

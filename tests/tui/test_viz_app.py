@@ -10,12 +10,12 @@ import pytest
 from textual.app import App
 
 from drafting.engine.trace import read_trace
-from screentext import screen_text, sync
-from tracefixtures import goose_records, ptd_records, write_fixture_traces
+from support.screentext import screen_text, sync
+from support.tracefixtures import goose_records, ptd_records, write_fixture_traces
 from tui.treepane import TreePane
 from tui.viz_app import Opened, VizApp
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def open_app(folder: Path, which=("goose", "ptd")) -> VizApp:

@@ -1,6 +1,6 @@
 """The chat stats bar's arithmetic on fixture records."""
 
-from tracefixtures import goose_records
+from support.tracefixtures import goose_records
 from tui.stats import LiveStats
 
 

@@ -8,7 +8,7 @@ import torch
 from drafting.engine.acceptance import TreeSampler, greedy_acceptor, make_acceptor, sibling_choice
 from drafting.engine.sampling import SamplingParams, sample, warp
 from drafting.engine.tree import DraftTree
-from sampling_reference import reference_warp
+from support.sampling_reference import reference_warp
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from cli import run_goose
+from support.cli import run_goose
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOOD = json.dumps({"id": "p1", "task": "code", "prompt": "Write a Python function that adds two numbers."})
 
 
@@ -197,7 +197,7 @@ def test_missing_embedded_model_names_the_install_command(prompt_file):
 @pytest.mark.slow
 def test_tree_speculator_refused_on_hybrid_model(prompt_file, tmp_path):
     """A tiny random hybrid model (linear-attention layers), saved as a model folder: pld is refused in one
-    sentence (sliding-window models run: tests/test_architectures.py)."""
+    sentence (sliding-window models run: tests/engine/test_architectures.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3NextConfig
 
     from drafting.models.gguf_convert import converted_folder

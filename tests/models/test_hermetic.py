@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from cli import ROOT, cli_env
+from support.cli import ROOT, cli_env
 from conftest import REAL_CACHE, TEST_CACHE, cache_changes, cache_snapshot
 
 from drafting.disk_cache import cache_dir

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from cli import ROOT, cli_env
+from support.cli import ROOT, cli_env
 
 from drafting.models.gguf_convert import CACHE_FORMAT, convert_gguf, converted_folder, is_quantised, storage_dtype
 from drafting.errors import ModelError

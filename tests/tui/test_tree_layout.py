@@ -1,6 +1,6 @@
 """Node states, token provenance and the tree layout, on hand-made records."""
 
-from tracefixtures import ID, goose_records, ptd_records
+from support.tracefixtures import ID, goose_records, ptd_records
 from tui.marks import ACCEPTED, CONTINUATION, REJECTED, ROOT, UNREACHED, node_states, provenance, row_states
 from tui.treelayout import layout, token_label
 from tui.views import covering, draft_rows_tree, verified_tree

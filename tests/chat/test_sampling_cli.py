@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from cli import run_goose
+from support.cli import run_goose
 
 COMMANDS = ["bench", "chat", "viz"]
 

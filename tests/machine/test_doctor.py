@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from cli import run_goose
+from support.cli import run_goose
 
 SLEEP_S = 0.3  # far longer than a forward of the tiny model
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from tinymodel import tiny_llama
+from support.tinymodel import tiny_llama
 
 from drafting.weights import mkl as mkl_linear, onednn as onednn_linear
 
