@@ -1,22 +1,95 @@
-"""The one small interface every speculator implements, its typed options, and the error for a bad spec."""
+"""The one small interface every speculator implements, its typed settings, and what the verifier tells it.
+
+A speculator's settings are a frozen dataclass (a ``Settings`` subclass) whose fields are made by ``option``:
+the field's metadata says how the command line sets it (``name:key=value``), its help and the extra words it
+accepts (e.g. "auto"); ``__post_init__`` checks the values and raises ``SpecError`` with one sentence.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from drafting.engine.tree import Draft
 
+_WANT = {bool: "on or off", int: "a non-negative integer", float: "a non-negative number", tuple: "numbers joined by /"}
+
 
 @dataclass(frozen=True)
 class Option:
-    """A speculator option settable as ``name:key=value``; ``kind`` parses the text."""
+    """One setting as the command line sees it: ``kind`` parses its text; ``words`` are accepted as they are
+    besides values of ``kind`` (e.g. "auto")."""
 
     default: object
     help: str
     kind: type = str
-    choices: tuple = ()  # extra accepted words besides values of ``kind`` (e.g. "auto")
+    words: tuple = ()
+
+    def parse(self, text: str):
+        """The value ``text`` stands for; ValueError when it is neither one of ``words`` nor a value of ``kind``
+        (numbers must not be negative)."""
+        if text in self.words:
+            return text
+        if self.kind is bool:
+            low = text.lower()
+            if low in ("on", "true", "yes", "1"):
+                return True
+            if low in ("off", "false", "no", "0"):
+                return False
+            raise ValueError(text)
+        if self.kind is tuple:  # n-gram lengths and the like: "5/4/3"
+            return tuple(int(x) for x in text.replace("-", "/").split("/") if x)
+        value = self.kind(text)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(text)
+        return value
+
+    def format(self, value) -> str:
+        """The text ``parse`` reads back as ``value``."""
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if isinstance(value, tuple):
+            return "/".join(str(x) for x in value)
+        return str(value)
+
+    def wants(self) -> str:
+        """What a value must be, for error sentences: "a non-negative integer (or auto)"."""
+        what = _WANT.get(self.kind, self.kind.__name__)
+        return what + (f" (or {', '.join(self.words)})" if self.words else "")
+
+
+def option(default, help: str, kind: type | None = None, words: tuple = ()):
+    """A settings field settable as ``name:key=value``; ``kind`` (default: the default's type) parses its text."""
+    return dataclasses.field(default=default, metadata={"option": Option(default, help, kind or type(default), words)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A speculator's settings; subclasses declare fields with ``option`` (their order is the order ``spec()``
+    writes them in) and check them in ``__post_init__``. This base has none (``ar``)."""
+
+    @classmethod
+    def options(cls) -> dict[str, Option]:
+        out = {}
+        for f in dataclasses.fields(cls):
+            if "option" not in f.metadata:
+                raise TypeError(f"{cls.__name__}.{f.name} needs to be declared with option(default, help).")
+            out[f.name] = f.metadata["option"]
+        return out
+
+    def changed(self) -> dict[str, object]:
+        """The settings that differ from their defaults, in declaration order."""
+        return {k: getattr(self, k) for k, o in self.options().items() if getattr(self, k) != o.default}
+
+    def __getitem__(self, key: str):
+        """``settings["rows"]`` reads the declared field ``rows`` (code written against the former dict of
+        settings); a key that is not a field raises KeyError."""
+        if key not in self.options():
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 @dataclass
@@ -34,15 +107,24 @@ class Speculator:
 
     ``context`` is prompt + output so far; its last token is the root of the next draft. Speculators never call
     the model themselves: in-model drafting rides as draft rows in the verification pass.
+
+    A subclass with a ``name`` is registered (``drafting.speculators.registry``) at its ``order``; its settings
+    are an instance of ``settings_class``, built from the keyword arguments.
     """
 
-    name: str = ""
-    summary_line: str = ""
-    options: dict[str, Option] = {}
+    name: ClassVar[str] = ""
+    summary_line: ClassVar[str] = ""
+    order: ClassVar[int] = 1000  # place in the registry and in listings (goose's own: 10 to 70)
+    draws_rows: ClassVar[bool] = False  # drafts in-model rows (a draft forest beside the tree: PTD's view in viz)
+    settings_class: ClassVar[type[Settings]] = Settings
+    options: ClassVar[dict[str, Option]] = {}  # the settings' options by key, read from settings_class
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.options = cls.settings_class.options()
 
     def __init__(self, **settings):
-        self.settings = {k: o.default for k, o in self.options.items()}
-        self.settings.update(settings)
+        self.settings = self.settings_class(**settings)
 
     def bind(self, lm) -> None:
         """The Decoder hands over the loaded model before the first ``reset`` (e.g. to read its verify cost
@@ -77,15 +159,9 @@ class Speculator:
         return {}
 
     def spec(self) -> str:
-        changed = {k: v for k, v in self.settings.items() if self.options.get(k) and v != self.options[k].default}
+        """The canonical spec: the name, then the settings that differ from their defaults (``create`` reads it
+        back to the same settings)."""
+        changed = self.settings.changed()
         if not changed:
             return self.name
-        return self.name + ":" + ",".join(f"{k}={_fmt(v)}" for k, v in changed.items())
-
-
-def _fmt(v) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return str(v)
-
-
+        return self.name + ":" + ",".join(f"{k}={self.options[k].format(v)}" for k, v in changed.items())

@@ -1,62 +1,60 @@
-"""Speculators found by name: every module in this package that defines a ``Speculator`` subclass with a
-``name`` is registered. ``create("pld:max_ngram=3,draft=10")`` builds one from a command-line spec."""
+"""Speculators found by name: every module in this package, and every module named in the environment variable
+``GOOSE_SPECULATORS`` (comma-separated importable names: a speculator of your own is one file), that defines a
+``Speculator`` subclass with a ``name`` is registered, in the order of the classes' ``order``.
+``create("pld:max_ngram=3,draft=10")`` builds one from a command-line spec."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
-from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.engine.speculator import Option, Settings, Speculator, StepResult, option
+from drafting.engine.tree import Draft, DraftTree
 from drafting.errors import SpecError
 
-__all__ = ["Option", "Speculator", "StepResult", "SpecError", "registry", "create", "parse_spec"]
+__all__ = [
+    "Draft", "DraftTree", "Option", "Settings", "Speculator", "StepResult", "SpecError", "option",
+    "PLUGINS_ENV", "registry", "create", "parse_spec",
+]
 
+PLUGINS_ENV = "GOOSE_SPECULATORS"
 
 _REGISTRY: dict[str, type[Speculator]] | None = None
 
 
 def registry() -> dict[str, type[Speculator]]:
+    """Every registered speculator class by name, in registry order (read once per process)."""
     global _REGISTRY
     if _REGISTRY is None:
         found: dict[str, type[Speculator]] = {}
-        for mod in pkgutil.iter_modules(__path__):
-            if mod.name == "base":
-                continue
-            module = importlib.import_module(f"{__name__}.{mod.name}")
+        own = [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)]
+        for module_name in own + plugin_modules():
+            module = _import(module_name)
             for obj in vars(module).values():
                 if isinstance(obj, type) and issubclass(obj, Speculator) and obj.name and obj.__module__ == module.__name__:
+                    taken = found.get(obj.name)
+                    if taken is not None and taken is not obj:
+                        raise SpecError(f"Speculator name {obj.name!r} of {module_name} is taken by {taken.__module__}.")
                     found[obj.name] = obj
-        order = ["ar", "pld", "tr", "iso", "goose", "lookahead", "ptd"]
-        _REGISTRY = dict(sorted(found.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0])))
+        _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
     return _REGISTRY
 
 
-def _parse_value(cls: type[Speculator], key: str, text: str):
-    opt = cls.options[key]
-    if text in opt.choices:
-        return text
+def plugin_modules() -> list[str]:
+    """The modules named in ``GOOSE_SPECULATORS``."""
+    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
+def _import(module_name: str):
     try:
-        if opt.kind is bool:
-            low = text.lower()
-            if low in ("on", "true", "yes", "1"):
-                return True
-            if low in ("off", "false", "no", "0"):
-                return False
-            raise ValueError
-        if opt.kind is tuple:  # n-gram lengths and the like: "5/4/3"
-            return tuple(int(x) for x in text.replace("-", "/").split("/") if x)
-        value = opt.kind(text)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            raise ValueError
-        return value
-    except ValueError:
-        want = {bool: "on or off", int: "a non-negative integer", float: "a non-negative number", tuple: "numbers joined by /"}
-        what = want.get(opt.kind, opt.kind.__name__)
-        extra = f" (or {', '.join(opt.choices)})" if opt.choices else ""
-        raise SpecError(f"Option {key!r} of speculator {cls.name!r} needs {what}{extra}, not {text!r}.") from None
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(f"Cannot import the speculator module {module_name!r} named in {PLUGINS_ENV}: {exc}.") from None
 
 
 def parse_spec(spec: str) -> tuple[type[Speculator], dict]:
+    """The class and settings of ``name:key=value,...``, the settings checked (SpecError with one sentence)."""
     name, _, rest = spec.strip().partition(":")
     reg = registry()
     if name not in reg:
@@ -71,7 +69,16 @@ def parse_spec(spec: str) -> tuple[type[Speculator], dict]:
             known = ", ".join(cls.options) or "none"
             raise SpecError(f"Speculator {name!r} has no option {key!r}; its options: {known}.")
         settings[key] = _parse_value(cls, key, value)
+    cls.settings_class(**settings)  # the settings' own checks, before any model is loaded
     return cls, settings
+
+
+def _parse_value(cls: type[Speculator], key: str, text: str):
+    opt = cls.options[key]
+    try:
+        return opt.parse(text)
+    except ValueError:
+        raise SpecError(f"Option {key!r} of speculator {cls.name!r} needs {opt.wants()}, not {text!r}.") from None
 
 
 def create(spec: str) -> Speculator:

@@ -6,6 +6,7 @@ from drafting.engine.speculator import Speculator
 
 class PlainDecoding(Speculator):
     name = "ar"
+    order = 10
     summary_line = "plain greedy / sampled decoding, the reference"
 
     def propose(self, context: list[int]) -> Draft:

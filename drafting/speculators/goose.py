@@ -1,4 +1,4 @@
-"""GOOSE: anisotropic spine trees (REFERENCE §3).
+"""GOOSE: anisotropic spine trees.
 
 The context-match chain is laid first as one deep path (the spine); adjacency-table successors hang off the
 root (root alternatives) and off spine nodes (spine branches, budget weighted 1/i by spine position), each
@@ -19,8 +19,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from drafting.engine.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
-from drafting.engine.speculator import Option, StepResult
-from drafting.speculators.tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
+from drafting.engine.speculator import Settings, StepResult, option
+from drafting.speculators.tree_base import (
+    Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
+    min_score_field, score_bucket,
+)
 
 EMA_ALPHA = 0.3
 
@@ -125,30 +128,36 @@ def build_spine_tree(root: int, before_root: int, chain: list[int], conf: float,
     return cand
 
 
+@dataclass(frozen=True)
+class GooseSettings(Settings):
+    budget: int | str = budget_field("60 = the paper's 60 + 40·confidence")
+    rho: float = option(0.5, "share of the non-spine budget hung on spine branches (0 = the no-branches ablation)")
+    bigram: bool = bigram_field()
+    confidence: bool = option(True, "confidence-adaptive budget, spine ratio and bypass (off = fixed, ablation)")
+    harvest: bool = harvest_field("off = ablation")
+    harvest_window: int = harvest_window_field()
+    k: int = option(10, "adjacency successors kept per token")
+    min_score: float = min_score_field()
+    depth: int = option(6, "deepest branch level")
+    chain: int = option(20, "context chain length (extended up to chain_max by re-matching when confident)")
+    chain_max: int = option(100, "longest extended context chain")
+    cache: str = cache_field()
+
+
 class Goose(TreeSpeculator):
     name = "goose"
+    order = 50
     summary_line = "GOOSE anisotropic spine tree: context chain as spine + adjacency branches, confidence-adaptive"
-    options = {
-        "budget": budget_option("60 = the paper's 60 + 40·confidence"),
-        "rho": Option(0.5, "share of the non-spine budget hung on spine branches (0 = the no-branches ablation)", float),
-        "bigram": Option(True, "consult the (previous, token) bigram tier of the adjacency table first", bool),
-        "confidence": Option(True, "confidence-adaptive budget, spine ratio and bypass (off = fixed, ablation)", bool),
-        "harvest": Option(True, "harvest the prefill's logits into the adjacency table (off = ablation)", bool),
-        "harvest_window": harvest_window_option(),
-        "k": Option(10, "adjacency successors kept per token", int),
-        "min_score": Option(0.01, "drop adjacency successors scoring below this", float),
-        "depth": Option(6, "deepest branch level", int),
-        "chain": Option(20, "context chain length (extended up to chain_max by re-matching when confident)", int),
-        "chain_max": Option(100, "longest extended context chain", int),
-        "cache": cache_option(),
-    }
+    settings_class = GooseSettings
 
     def __init__(self, **settings):
-        settings.setdefault("k_table", settings.get("k", self.options["k"].default))
         super().__init__(**settings)
         s = self.settings
-        self.matcher.chain_len, self.matcher.chain_max = s["chain"], s["chain_max"]
+        self.matcher.chain_len, self.matcher.chain_max = s.chain, s.chain_max
         self.ema = 0.5
+
+    def table_size(self) -> int:
+        return self.settings.k
 
     def reset(self, context: list[int]) -> None:
         super().reset(context)
@@ -156,13 +165,13 @@ class Goose(TreeSpeculator):
 
     def candidates(self, context: list[int]) -> Candidates:
         s = self.settings
-        use_conf = s["confidence"]
+        use_conf = s.confidence
         m = self.matcher.spine(extend=use_conf)
-        base = 60 if self.auto else int(s["budget"])
-        plan = plan_budget(len(m.chain), m.confidence, self.ema, base, s["rho"], use_conf, full_spine=self.auto)
+        base = 60 if self.auto else int(s.budget)
+        plan = plan_budget(len(m.chain), m.confidence, self.ema, base, s.rho, use_conf, full_spine=self.auto)
         cand = build_spine_tree(
             context[-1], self._before_root, m.chain, m.confidence, plan, self.table,
-            k=s["k"], min_score=s["min_score"], max_depth=s["depth"], bigram=s["bigram"],
+            k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram,
         )
         cand.info = {"budget": plan.budget, "confidence": round(m.confidence, 3), "ema": round(self.ema, 3),
                      "bypass": int(plan.bypass), "chain": len(m.chain)}

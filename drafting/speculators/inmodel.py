@@ -12,30 +12,37 @@ from __future__ import annotations
 from drafting.budget.online import OnlineBudget
 from drafting.engine.fast_topk import row_argmax
 from drafting.engine.tree import Draft, DraftTree
-from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.engine.speculator import Speculator, StepResult, option
 from drafting.errors import SpecError
 
 AUTO_SIZES = (8, 16)  # past 16 rows the cost curve climbs faster than in-model drafts gain here
 
-ROWS_OPTION = Option(
-    "auto",
-    "rows per forward, root + guess tree + draft rows (auto: the size that pays on the measured cost curve, "
-    "down to plain steps)",
-    int,
-    ("auto",),
-)
+
+def rows_field():
+    """The ``rows`` setting both in-model drafters declare (last, as their specs have always written it)."""
+    return option(
+        "auto",
+        "rows per forward, root + guess tree + draft rows (auto: the size that pays on the measured cost curve, "
+        "down to plain steps)",
+        int,
+        ("auto",),
+    )
+
+
+def check_rows(name: str, rows) -> None:
+    if rows != "auto" and rows < 1:
+        raise SpecError(f"{name} needs rows >= 1 (1 = plain steps) or rows=auto.")
 
 
 class InModelDrafter(Speculator):
-    """Base for speculators whose drafts are argmaxes of extra rows in the verification pass."""
+    """Base for speculators whose drafts are argmaxes of extra rows in the verification pass; their settings
+    declare ``rows`` (``rows_field``, checked by ``check_rows``)."""
 
+    draws_rows = True
     online_budget = True  # rows=auto picks among AUTO_SIZES by measured tokens per step (False: the subclass sizes steps itself)
 
     def __init__(self, **settings):
         super().__init__(**settings)
-        rows = self.settings["rows"]
-        if rows != "auto" and rows < 1:
-            raise SpecError(f"{self.name} needs rows >= 1 (1 = plain steps) or rows=auto.")
         self.eos: set[int] = set()
         self.budget: OnlineBudget | None = None
         self.cost = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when rows=auto
@@ -52,7 +59,7 @@ class InModelDrafter(Speculator):
 
     def step_rows(self, context: list[int]) -> int:
         """The row budget of the next step, verified after ``len(context) - 1`` cached tokens."""
-        rows = self.settings["rows"]
+        rows = self.settings.rows
         if rows != "auto":
             return rows
         if self.budget is None:  # never bound to a model: behave like the middle size

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from drafting.engine.tree import ADJACENCY, CONTEXT, DraftTree
-from drafting.engine.speculator import Option
+from drafting.engine.speculator import Settings, option
 from drafting.errors import SpecError
 from drafting.speculators.goose import spine_key, spine_prior
-from drafting.speculators.tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
+from drafting.speculators.tree_base import (
+    Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
+    min_score_field, score_bucket,
+)
 
 
 def build_kary_tree(root: int, before_root: int, chain: list[int], conf: float, budget: int, table, *, k: int = 3,
@@ -44,30 +48,33 @@ def build_kary_tree(root: int, before_root: int, chain: list[int], conf: float, 
     return cand
 
 
+@dataclass(frozen=True)
+class IsotropicSettings(Settings):
+    k: int = option(3, "children per node")
+    budget: int | str = budget_field("60 = GOOSE's 60 + 40·confidence")
+    bigram: bool = bigram_field()
+    harvest: bool = harvest_field()
+    harvest_window: int = harvest_window_field()
+    min_score: float = min_score_field()
+    cache: str = cache_field()
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise SpecError("iso needs k >= 1.")
+
+
 class Isotropic(TreeSpeculator):
     name = "iso"
+    order = 40
     summary_line = "isotropic control: balanced k-ary tree over the context chain + adjacency table, GOOSE's budget"
-    options = {
-        "k": Option(3, "children per node", int),
-        "budget": budget_option("60 = GOOSE's 60 + 40·confidence"),
-        "bigram": Option(True, "consult the (previous, token) bigram tier of the adjacency table first", bool),
-        "harvest": Option(True, "harvest the prefill's logits into the adjacency table", bool),
-        "harvest_window": harvest_window_option(),
-        "min_score": Option(0.01, "drop adjacency successors scoring below this", float),
-        "cache": cache_option(),
-    }
-
-    def __init__(self, **settings):
-        super().__init__(**settings)
-        if self.settings["k"] < 1:
-            raise SpecError("iso needs k >= 1.")
+    settings_class = IsotropicSettings
 
     def candidates(self, context: list[int]) -> Candidates:
         s = self.settings
         m = self.matcher.spine()
-        base = 60 if self.auto else int(s["budget"])
+        base = 60 if self.auto else int(s.budget)
         budget = base + math.floor(40 * m.confidence)
         cand = build_kary_tree(context[-1], self._before_root, m.chain, m.confidence, budget, self.table,
-                               k=s["k"], min_score=s["min_score"], bigram=s["bigram"])
+                               k=s.k, min_score=s.min_score, bigram=s.bigram)
         cand.info = {"budget": budget, "confidence": round(m.confidence, 3)}
         return cand

@@ -11,32 +11,40 @@ n-grams for the last committed token form the tree verified in the same pass.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from drafting.sources.ngram_pool import NgramPool
 from drafting.engine.tree import POOL, Draft, DraftRows, DraftTree
-from drafting.engine.speculator import Option, StepResult
+from drafting.engine.speculator import Settings, StepResult, option
 from drafting.errors import SpecError
-from drafting.speculators.inmodel import ROWS_OPTION, InModelDrafter
+from drafting.speculators.inmodel import InModelDrafter, check_rows, rows_field
+
+
+@dataclass(frozen=True)
+class LookaheadSettings(Settings):
+    w: int = option(7, "window columns (guessed n-grams grown in parallel)")
+    n: int = option(5, "n-gram length: the window has n - 1 levels")
+    g: int = option(7, "n-grams kept per key token (least recently used evicted) and verified per step")
+    seed: bool = option(True, "seed the pool with n-grams of the prompt and of the text as it is committed")
+    rows: int | str = rows_field()
+
+    def __post_init__(self):
+        check_rows("lookahead", self.rows)
+        if self.w < 1 or self.n < 2:
+            raise SpecError("lookahead needs w >= 1 and n >= 2.")
 
 
 class Lookahead(InModelDrafter):
     name = "lookahead"
+    order = 60
     summary_line = "Jacobi window + n-gram pool verified in the same pass (Lookahead decoding), in-model"
-    options = {
-        "w": Option(7, "window columns (guessed n-grams grown in parallel)", int),
-        "n": Option(5, "n-gram length: the window has n - 1 levels", int),
-        "g": Option(7, "n-grams kept per key token (least recently used evicted) and verified per step", int),
-        "seed": Option(True, "seed the pool with n-grams of the prompt and of the text as it is committed", bool),
-        "rows": ROWS_OPTION,
-    }
+    settings_class = LookaheadSettings
 
     def __init__(self, **settings):
         super().__init__(**settings)
         s = self.settings
-        if s["w"] < 1 or s["n"] < 2:
-            raise SpecError("lookahead needs w >= 1 and n >= 2.")
-        self.levels = s["n"] - 1
-        self.pool = NgramPool(s["g"])
+        self.levels = s.n - 1
+        self.pool = NgramPool(s.g)
         self.columns: list[list[int]] = []  # per column, its level tokens (lowest first)
         self._text: list[int] = []
 
@@ -44,10 +52,10 @@ class Lookahead(InModelDrafter):
         s = self.settings
         # the window starts from prompt tokens picked deterministically (Jacobi needs some initial guess)
         rng = random.Random(len(context))
-        self.columns = [[context[rng.randrange(len(context))]] for _ in range(s["w"])]
+        self.columns = [[context[rng.randrange(len(context))]] for _ in range(s.w)]
         self._text = list(context)
-        if s["seed"]:
-            self.pool.seed(context, s["n"])
+        if s.seed:
+            self.pool.seed(context, s.n)
 
     def propose(self, context: list[int]) -> Draft:
         budget = self.step_rows(context)
@@ -59,7 +67,7 @@ class Lookahead(InModelDrafter):
         depth = max(len(c) for c in self.columns)
         ncols = min(len(self.columns), max(1, (budget - 1) // (2 * depth)))
         guess_room = budget - 1 - ncols * depth
-        for gram in self.pool.get(root, self.settings["g"]):
+        for gram in self.pool.get(root, self.settings.g):
             parent = 0
             for tok in gram[: self.levels]:
                 if len(tree) - 1 >= guess_room and tree.child(parent, tok) is None:
@@ -98,10 +106,10 @@ class Lookahead(InModelDrafter):
 
     def observe(self, draft: Draft, result: StepResult) -> None:
         self.learn_budget(draft, result)
-        n = self.settings["n"]
+        n = self.settings.n
         for tok in result.emitted:
             self._text.append(tok)
-            if self.settings["seed"] and len(self._text) >= n:
+            if self.settings.seed and len(self._text) >= n:
                 self.pool.add(self._text[-n], self._text[-n + 1 :])
         out = self.row_argmax(draft, result)
         if not out:

@@ -17,8 +17,8 @@ position after its parent. After each step:
 A new generation starts from two short chains (depth 2) taken from the prompt. The guess tree, verified in
 the same pass, is the trie of the last committed token.
 
-``rows=auto`` sizes each step by what its guess tree is expected to earn, with GOOSE's machinery
-(``drafting.budget.selection``): every trie node offered gets an online acceptance estimate keyed by its depth and its
+``rows=auto`` sizes each step by what its guess tree is expected to earn, with the selection GOOSE's
+``budget=auto`` uses (``Candidates.paying``): every trie node offered gets an online acceptance estimate keyed by its depth and its
 rank among its siblings, nodes are ranked by path probability, and as many are verified as pay on the measured
 cost curve, with up to ``riders`` draft rows riding along; a step whose guesses do not pay (or whose
 trie is empty) is a plain one-row step. Drafts depend only on what earlier steps left (argmaxes of draft rows
@@ -33,15 +33,16 @@ token] per new node, parent -1 for a new slot) and ``pruned`` (rows removed this
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from drafting.budget.acceptance_rates import AcceptanceStats
-from drafting.budget.selection import paying_nodes
 from drafting.engine.fast_topk import row_argmax
 from drafting.sources.token_trie import TriePool
 from drafting.engine.tree import Draft, DraftRows, DraftTree
-from drafting.engine.speculator import Option, StepResult
+from drafting.engine.speculator import Settings, StepResult, option
 from drafting.errors import SpecError
-from drafting.speculators.inmodel import AUTO_SIZES, ROWS_OPTION, InModelDrafter
+from drafting.speculators.candidates import Candidates
+from drafting.speculators.inmodel import AUTO_SIZES, InModelDrafter, check_rows, rows_field
 
 GUESS = "ptd-guess"  # tree source tag: a guess from the candidate pool
 
@@ -90,29 +91,35 @@ class _Node:
         return 1 + max((c.height() for c in self.children), default=0)
 
 
+@dataclass(frozen=True)
+class PTDSettings(Settings):
+    window: int = option(4, "first-level slots kept in the Jacobi-like chain (oldest dropped each step)")
+    width: int = option(4, "most children per draft node")
+    depth: int = option(6, "deepest draft subtree below a slot; deeper ones slide to their first child")
+    nodes: int = option(32, "most draft nodes kept in the forest")
+    pool: int = option(60, "trie nodes kept per key token (the least recently touched evicted)")
+    guess: int = option(16, "most guess-tree nodes verified per step")
+    seed: bool = option(True, "seed the pool with n-grams of the prompt and of the text as it is committed")
+    seed_n: int = option(4, "n-gram length used for seeding")
+    riders: int = option(6, "rows=auto: draft rows sent along with a guess tree that pays (they grow the forest)")
+    rows: int | str = rows_field()
+
+    def __post_init__(self):
+        check_rows("ptd", self.rows)
+        if self.window < 1 or self.width < 1 or self.depth < 2 or self.seed_n < 2 or self.riders < 0:
+            raise SpecError("ptd needs window >= 1, width >= 1, depth >= 2, seed_n >= 2 and riders >= 0.")
+
+
 class ProgressiveTreeDrafting(InModelDrafter):
     name = "ptd"
+    order = 70
     online_budget = False  # rows=auto sizes each step from its guesses' estimated acceptance
     summary_line = "progressive draft tree grown in the verification pass + trie candidate pool (PTD), in-model"
-    options = {
-        "window": Option(4, "first-level slots kept in the Jacobi-like chain (oldest dropped each step)", int),
-        "width": Option(4, "most children per draft node", int),
-        "depth": Option(6, "deepest draft subtree below a slot; deeper ones slide to their first child", int),
-        "nodes": Option(32, "most draft nodes kept in the forest", int),
-        "pool": Option(60, "trie nodes kept per key token (the least recently touched evicted)", int),
-        "guess": Option(16, "most guess-tree nodes verified per step", int),
-        "seed": Option(True, "seed the pool with n-grams of the prompt and of the text as it is committed", bool),
-        "seed_n": Option(4, "n-gram length used for seeding", int),
-        "riders": Option(6, "rows=auto: draft rows sent along with a guess tree that pays (they grow the forest)", int),
-        "rows": ROWS_OPTION,
-    }
+    settings_class = PTDSettings
 
     def __init__(self, **settings):
         super().__init__(**settings)
-        s = self.settings
-        if s["window"] < 1 or s["width"] < 1 or s["depth"] < 2 or s["seed_n"] < 2 or s["riders"] < 0:
-            raise SpecError("ptd needs window >= 1, width >= 1, depth >= 2, seed_n >= 2 and riders >= 0.")
-        self.pool = TriePool(s["pool"])
+        self.pool = TriePool(self.settings.pool)
         self.slots: list[_Node] = []
         self._sent: list[_Node] = []
         self._text: list[int] = []
@@ -132,8 +139,8 @@ class ProgressiveTreeDrafting(InModelDrafter):
             self.slots.append(slot)
         self._sent = []
         self._text = list(context)
-        if s["seed"]:
-            self.pool.seed(context, s["seed_n"])
+        if s.seed:
+            self.pool.seed(context, s.seed_n)
 
     def forest_size(self) -> int:
         return sum(1 for slot in self.slots for _ in slot.walk())
@@ -141,14 +148,14 @@ class ProgressiveTreeDrafting(InModelDrafter):
     # --- propose ----------------------------------------------------------------------------------------
     def propose(self, context: list[int]) -> Draft:
         self._guess_keys = None
-        if self.settings["rows"] == "auto" and self.cost is not None:
+        if self.settings.rows == "auto" and self.cost is not None:
             return self._propose_paying(context)
         budget = self.step_rows(context)
         if budget <= 1:
             return self.plain(context, budget)
         s = self.settings
         forest = self.forest_size()
-        guess_cap = min(s["guess"], budget - 1 - min(forest, (budget - 1) // 2))
+        guess_cap = min(s.guess, budget - 1 - min(forest, (budget - 1) // 2))
         trie = self.pool.get(context[-1])
         guesses = trie.path_first(guess_cap) if trie is not None and guess_cap > 0 else []
         tree = guess_tree(context[-1], guesses)
@@ -159,21 +166,20 @@ class ProgressiveTreeDrafting(InModelDrafter):
         rows riding along); a plain step when none does."""
         budget = AUTO_SIZES[-1]
         forest = self.forest_size()
-        riders = min(forest, self.settings["riders"])
+        riders = min(forest, self.settings.riders)
         trie = self.pool.get(context[-1])
-        guesses = trie.path_first(min(self.settings["guess"], budget - 1 - riders)) if trie is not None else []
-        cand = guess_tree(context[-1], guesses)
-        keys, accept, rank = [None], [1.0], [0] * len(cand)  # rank: children seen so far, per node
-        for i in range(1, len(cand)):
-            p, d = cand.parents[i], cand.depths[i]
-            keys.append(guess_key(d, rank[p]))
-            accept.append(self.acceptance.estimate(keys[i], guess_prior(d, rank[p])))
+        guesses = trie.path_first(min(self.settings.guess, budget - 1 - riders)) if trie is not None else []
+        cand = Candidates(tree=guess_tree(context[-1], guesses))
+        rank = [0] * len(cand.tree)  # children seen so far, per node
+        for i in range(1, len(cand.tree)):
+            p, d = cand.tree.parents[i], cand.tree.depths[i]
+            cand.keys.append(guess_key(d, rank[p]))
+            cand.priors.append(guess_prior(d, rank[p]))
             rank[p] += 1
-        keep = paying_nodes(cand.parents, accept, self.cost.at(len(context) - 1), riders=riders)
-        if not keep:
+        tree, keys = cand.paying(self.acceptance, self.cost.at(len(context) - 1), riders=riders)
+        if len(tree) == 1:
             return self.plain(context, 1)
-        self._guess_keys = [None] + [keys[i] for i in keep]
-        tree = cand.subtree(keep)
+        self._guess_keys = keys
         return self._with_rows(tree, len(tree) + riders, forest)
 
     def _with_rows(self, tree: DraftTree, budget: int, forest: int) -> Draft:
@@ -219,7 +225,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
     def observe(self, draft: Draft, result: StepResult) -> None:
         self.learn_budget(draft, result)
         s = self.settings
-        if s["seed"]:
+        if s.seed:
             self._harvest_text(result.emitted)
         if draft.info.get("route") == "plain":
             return
@@ -236,7 +242,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
         row = {id(n): r for r, n in enumerate(sent)}
         grown: list[list[int]] = []
         pruned: list[_Node] = []
-        room = s["nodes"] - self.forest_size()
+        room = s.nodes - self.forest_size()
         last_slot = self.slots[-1]
         new_slot = None
         for r, node in enumerate(sent):
@@ -255,19 +261,19 @@ class ProgressiveTreeDrafting(InModelDrafter):
                 node.children.remove(existing)
                 node.children.insert(0, existing)
                 continue
-            if node.depth >= s["depth"] + 1 or room <= 0:
+            if node.depth >= s.depth + 1 or room <= 0:
                 continue
             node.children.insert(0, _Node(a, node, node.depth + 1))
             grown.append([r, a])
             room -= 1
-            if len(node.children) > s["width"]:
+            if len(node.children) > s.width:
                 pruned.extend(node.children.pop().walk())
         if new_slot is not None:
             self.slots.append(_Node(new_slot, None, 1))
             grown.append([-1, new_slot])
         self._merge_pool()
         for i, slot in enumerate(self.slots):
-            if slot.height() > s["depth"] and slot.children:
+            if slot.height() > s.depth and slot.children:
                 first = slot.children[0]
                 pruned.append(slot)
                 for other in slot.children[1:]:
@@ -276,7 +282,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
                 for n in first.walk():
                     n.depth -= 1
                 self.slots[i] = first
-        while len(self.slots) > s["window"]:
+        while len(self.slots) > s.window:
             pruned.extend(self.slots.pop(0).walk())
         self.counts["draft_rows"] += len(sent)
         self.counts["guess_nodes"] += len(draft.tree) - 1
@@ -287,7 +293,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
 
     def _merge_pool(self) -> None:
         """Every draft node's subtree goes into the trie of its token; a slot's also gets the chain after it."""
-        depth = self.settings["depth"]
+        depth = self.settings.depth
         for i, slot in enumerate(self.slots):
             chain = [n.token for n in self.slots[i + 1 : i + depth]]
             self.pool.insert(slot.token, chain)
@@ -304,7 +310,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
 
     def _harvest_text(self, emitted: list[int]) -> None:
         """Every n-gram ending in a newly committed token goes into the pool."""
-        n = self.settings["seed_n"]
+        n = self.settings.seed_n
         text = self._text
         for tok in emitted:
             text.append(tok)

@@ -7,9 +7,14 @@ those with the largest rank prior product, so rank-0 chains reach depth 6 while 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from drafting.engine.tree import ADJACENCY, DraftTree
-from drafting.engine.speculator import Option
-from drafting.speculators.tree_base import Candidates, TreeSpeculator, budget_option, cache_option, harvest_window_option, score_bucket
+from drafting.engine.speculator import Settings
+from drafting.speculators.tree_base import (
+    Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
+    score_bucket,
+)
 
 LEVELS = (8, 21, 25, 15, 8, 3)
 # rough acceptance of the r-th ranked successor; only its ordering shapes the template
@@ -62,20 +67,24 @@ def build_template_tree(root: int, before_root: int, table, budget: int, templat
     return cand
 
 
+@dataclass(frozen=True)
+class TokenRecyclingSettings(Settings):
+    budget: int | str = budget_field("80 = the published static tree")
+    bigram: bool = bigram_field(False, "GOOSE's addition; TR has none")
+    harvest: bool = harvest_field()
+    harvest_window: int = harvest_window_field()
+    cache: str = cache_field()
+
+
 class TokenRecycling(TreeSpeculator):
     name = "tr"
+    order = 30
     summary_line = "Token Recycling: adjacency-table successors on a static 80-node, 6-level tree"
     table_k = 8
-    options = {
-        "budget": budget_option("80 = the published static tree"),
-        "bigram": Option(False, "consult a (previous, token) bigram tier first (GOOSE's addition; TR has none)", bool),
-        "harvest": Option(True, "harvest the prefill's logits into the adjacency table", bool),
-        "harvest_window": harvest_window_option(),
-        "cache": cache_option(),
-    }
+    settings_class = TokenRecyclingSettings
 
     def candidates(self, context: list[int]) -> Candidates:
-        budget = len(TEMPLATE) if self.auto else int(self.settings["budget"])
-        cand = build_template_tree(context[-1], self._before_root, self.table, budget, bigram=self.settings["bigram"])
+        budget = len(TEMPLATE) if self.auto else int(self.settings.budget)
+        cand = build_template_tree(context[-1], self._before_root, self.table, budget, bigram=self.settings.bigram)
         cand.info = {"budget": budget}
         return cand

@@ -1,6 +1,7 @@
 """What `tr`, `iso` and `goose` share: the adjacency table (harvested from every forward pass), the context
-matcher, per-source acceptance counters, and ``budget=auto`` — pick, from a candidate tree, the nodes whose
-estimated path probability pays for their measured verification cost (see ``drafting.budget.selection``).
+matcher, per-source acceptance counters, the settings they all declare (one field helper each), and
+``budget=auto`` — pick, from a candidate tree, the nodes whose estimated path probability pays for their
+measured verification cost (``Candidates.paying``).
 
 Subclasses implement ``candidates(context)``, returning a ``Candidates``: a tree plus, per node, an
 acceptance-statistics key and a prior acceptance probability, and the order in which nodes would be added.
@@ -12,74 +13,80 @@ import atexit
 import time
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from drafting.budget.acceptance_rates import AcceptanceStats
-from drafting.budget.selection import paying_nodes
 from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable
 from drafting.sources.context import SpineMatcher
-from drafting.engine.tree import Draft, DraftTree
-from drafting.engine.speculator import Option, Speculator, StepResult
+from drafting.engine.tree import CONTEXT, SPINE, Draft, DraftTree
+from drafting.engine.speculator import Speculator, StepResult, option
 from drafting.errors import SpecError
 from drafting.sources.context import catch_up
+from drafting.speculators.candidates import Candidates
+
+__all__ = ["Candidates", "TreeSpeculator", "score_bucket", "route_of", "budget_field", "bigram_field",
+           "harvest_field", "harvest_window_field", "min_score_field", "cache_field"]
 
 _CURVES: dict = {}  # per loaded model in this process: checked (and if need be re-measured) once
 _SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
+SHARED_SETTINGS = ("budget", "bigram", "harvest", "harvest_window", "cache")  # what TreeSpeculator itself reads
 
 
 def score_bucket(score: float) -> int:
     return bisect_right(_SCORE_EDGES, score)
 
 
-@dataclass
-class Candidates:
-    """A candidate tree with what ``budget=auto`` needs to rank its nodes."""
-
-    tree: DraftTree
-    keys: list = field(default_factory=lambda: [None])  # acceptance-statistics key per node (root: None)
-    priors: list = field(default_factory=lambda: [1.0])  # prior acceptance probability per node given its parent
-    best_first: bool = True  # False: keep the insertion order (isotropic trees stay balanced)
-    info: dict = field(default_factory=dict)
-
-    def add(self, token: int, parent: int, source: str, key, prior: float) -> int | None:
-        """Add a node; None when the parent already has a child with that token."""
-        n = len(self.tree)
-        idx = self.tree.add(token, parent, source)
-        if idx < n:
-            return None
-        self.keys.append(key)
-        self.priors.append(prior)
-        return idx
-
-
-def cache_option() -> Option:
-    return Option("", "adjacency table file: loaded when present, saved after each answer (warm starts)", str)
-
-
-def harvest_window_option() -> Option:
-    return Option(
-        128, "prefill positions harvested, the last N (0 = every one): each costs the output layer over the "
-        "vocabulary, which after a long prompt costs more than the extra table rows gain on a CPU", int,
-    )
-
-
-def budget_option(paper: str) -> Option:
-    return Option(
+# -- the settings goose, iso and tr share (fields, not a base class: each keeps its own order in specs) ---------
+def budget_field(paper: str):
+    return option(
         "auto", f"draft nodes per step: a number ({paper}) or auto = as many as pay on this hardware's "
         "measured verify cost curve, ranked by online acceptance estimates", int, ("auto",),
     )
 
 
-class TreeSpeculator(Speculator):
-    """Base of the adjacency-table tree speculators (no ``name``: not registered itself)."""
+def bigram_field(default: bool = True, note: str = ""):
+    return option(default, "consult the (previous, token) bigram tier of the adjacency table first" + _note(note))
 
-    table_k = 10
+
+def harvest_field(note: str = ""):
+    return option(True, "harvest the prefill's logits into the adjacency table" + _note(note))
+
+
+def harvest_window_field():
+    return option(
+        128, "prefill positions harvested, the last N (0 = every one): each costs the output layer over the "
+        "vocabulary, which after a long prompt costs more than the extra table rows gain on a CPU",
+    )
+
+
+def min_score_field():
+    return option(0.01, "drop adjacency successors scoring below this")
+
+
+def cache_field():
+    return option("", "adjacency table file: loaded when present, saved after each answer (warm starts)")
+
+
+def _note(note: str) -> str:
+    return f" ({note})" if note else ""
+
+
+class TreeSpeculator(Speculator):
+    """Base of the adjacency-table tree speculators (no ``name``: not registered itself). Its subclasses'
+    settings declare ``SHARED_SETTINGS`` with the field helpers above."""
+
+    table_k = 10  # adjacency successors kept per token
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        missing = [k for k in SHARED_SETTINGS if k not in cls.options]
+        if cls.name and missing:
+            raise TypeError(f"{cls.__name__}'s settings lack {', '.join(missing)} (tree_base's field helpers).")
 
     def __init__(self, **settings):
         super().__init__(**settings)
         s = self.settings
-        self.table = AdjacencyTable(k=s.get("k_table", self.table_k), bigram=s.get("bigram", True))
+        self.table = AdjacencyTable(k=self.table_size(), bigram=s.bigram)
         self.matcher = SpineMatcher()
         self.acceptance = AcceptanceStats()
         self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when budget=auto
@@ -90,8 +97,12 @@ class TreeSpeculator(Speculator):
         self._before_root = -1
         self._t_propose = 0.0
         self._cache_path: Path | None = None
-        if s.get("cache"):
-            self.use_cache(s["cache"])
+        if s.cache:
+            self.use_cache(s.cache)
+
+    def table_size(self) -> int:
+        """Adjacency successors kept per token."""
+        return self.table_k
 
     # -- adjacency cache ---------------------------------------------------------------------------------
     def use_cache(self, path) -> None:
@@ -116,7 +127,7 @@ class TreeSpeculator(Speculator):
     # -- interface ---------------------------------------------------------------------------------------
     @property
     def auto(self) -> bool:
-        return self.settings.get("budget") == "auto"
+        return self.settings.budget == "auto"
 
     def bind(self, lm) -> None:
         if self.auto and self.curve is None:
@@ -142,13 +153,13 @@ class TreeSpeculator(Speculator):
 
     @property
     def prefill_logit_rows(self) -> int | None:
-        if not self.settings.get("harvest", True):
+        if not self.settings.harvest:
             return 0
-        window = int(self.settings.get("harvest_window", 0))
+        window = int(self.settings.harvest_window)
         return window if window > 0 else None
 
     def observe_prefill(self, ids: list[int], logits) -> None:
-        if logits is not None and self.settings.get("harvest", True):
+        if logits is not None and self.settings.harvest:
             self.table.harvest_prefill(ids, logits)
 
     def candidates(self, context: list[int]) -> Candidates:
@@ -161,18 +172,14 @@ class TreeSpeculator(Speculator):
         tree, keys = cand.tree, cand.keys
         info = dict(cand.info)
         if self.auto and self.curve is not None and len(tree) > 1:
-            tree, keys = self._select(cand, len(context) - 1)  # tokens cached when it is verified
+            # priced at the tokens cached when it is verified
+            tree, keys = cand.paying(self.acceptance, self.curve.at(len(context) - 1), self.overhead_s)
             info["budget"] = len(tree) - 1
         info["route"] = route_of(tree)
         draft = Draft(tree=tree, info=info)
         self._last, self._keys = draft, keys
         self._t_propose = time.perf_counter() - t0
         return draft
-
-    def _select(self, cand: Candidates, cached: int) -> tuple[DraftTree, list]:
-        accept = [1.0] + [self.acceptance.estimate(k, p) for k, p in zip(cand.keys[1:], cand.priors[1:])]
-        keep = paying_nodes(cand.tree.parents, accept, self.curve.at(cached), self.overhead_s, ranked=cand.best_first)
-        return cand.tree.subtree(keep), [None] + [cand.keys[i] for i in keep]
 
     def observe(self, draft: Draft, result: StepResult) -> None:
         t0 = time.perf_counter()
@@ -203,8 +210,6 @@ class TreeSpeculator(Speculator):
 
 
 def route_of(tree: DraftTree) -> str:
-    from drafting.engine.tree import CONTEXT, SPINE
-
     if len(tree) == 1:
         return "single"
     chainish = {SPINE, CONTEXT}

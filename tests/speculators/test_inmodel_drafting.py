@@ -161,7 +161,7 @@ def test_rows_option_checks():
         create("ptd:rows=0")
     with pytest.raises(SpecError):
         create("ptd:rows=lots")
-    assert create("ptd:rows=auto").settings["rows"] == "auto"
+    assert create("ptd:rows=auto").settings.rows == "auto"
     assert create("lookahead").options["rows"].help
 
 

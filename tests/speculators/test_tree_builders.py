@@ -228,7 +228,7 @@ def test_goose_info_and_options():
     for name in ("goose", "iso", "tr"):
         spec = create(name)
         assert spec.summary_line and all(o.help for o in spec.options.values())
-        assert spec.settings["budget"] == "auto"
+        assert spec.settings.budget == "auto"
 
 
 def test_candidates_skip_duplicate_tokens():
