@@ -10,8 +10,8 @@ import typer
 
 from goosecli.main import app
 from goosecli.options import (
-    Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, Temperature, TopK, TopP, Weights, fail, load_or_fail,
-    sampling_or_fail,
+    SPECULATORS, Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, SpeculatorHelp, Temperature, TopK, TopP,
+    Weights, fail, load_or_fail, sampling_or_fail,
 )
 
 INTERRUPTED = 130
@@ -23,12 +23,12 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-@app.command()
+@app.command(cls=SpeculatorHelp)
 def bench(
     prompts: Annotated[Path, typer.Argument(help="JSON Lines prompt file: {\"prompt\", \"id\"?, \"task\"?, \"turns\"?} per line.", show_default=False)],
     speculators: Annotated[
         str,
-        typer.Option("--speculators", "-s", help="Comma-separated specs, e.g. 'hf-ar,pld,hf-pld' or 'pld:max_ngram=3,draft=10,goose:budget=60'; `ar` always runs as the reference; hf-ar (transformers' own generate() on the unmodified model) adds the speedup vs the faster plain decoding."),
+        typer.Option("--speculators", "-s", help="Comma-separated specs, e.g. 'hf-ar,pld,hf-pld' or 'pld:max_ngram=3,draft=10,goose:budget=60'; `ar` always runs as the reference; hf-ar (transformers' own generate() on the unmodified model) adds the speedup vs the faster plain decoding. Speculators: " + SPECULATORS + " (their options are listed below)."),
     ] = "ar,pld,hf-pld",
     max_new_tokens: MaxNewTokens = 128,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Run only the first N prompts (after --tasks).", min=1)] = None,

@@ -10,12 +10,14 @@ import typer
 
 from goosecli.main import app
 from goosecli.options import (
+    SPECULATORS,
     Device,
     DeviceMap,
     Dtype,
     Model,
     Raw,
     Seed,
+    SpeculatorHelp,
     Temperature,
     TopK,
     TopP,
@@ -28,9 +30,9 @@ from goosecli.options import (
 DEFAULT_SPECULATOR = "goose"
 
 
-@app.command()
+@app.command(cls=SpeculatorHelp)
 def chat(
-    speculator: Annotated[Optional[str], typer.Option("--speculator", "-s", help="Speculator spec, e.g. goose or pld:draft=8 (default goose; F2 switches in the app).", show_default=False)] = None,
+    speculator: Annotated[Optional[str], typer.Option("--speculator", "-s", help="Speculator spec, e.g. goose or pld:draft=8 (default goose; F2 switches in the app). One of " + SPECULATORS + "; their options are listed below.", show_default=False)] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -56,7 +58,11 @@ def chat(
     acceptor = make_acceptor(params)
     if speculator is None:
         speculator = DEFAULT_SPECULATOR
-        if DEFAULT_SPECULATOR not in registry():
+        try:
+            known = registry()
+        except SpecError as exc:  # a module named in GOOSE_SPECULATORS does not import
+            fail(str(exc))
+        if DEFAULT_SPECULATOR not in known:
             speculator = "pld"
             print(f"goose: the {DEFAULT_SPECULATOR!r} speculator is not in this build; using 'pld'.", file=sys.stderr)
     if trace is not None and trace.is_dir():

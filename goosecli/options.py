@@ -1,4 +1,5 @@
-"""Options shared by every command (model, device, sampling) and the one way errors reach the user."""
+"""Options shared by every command (model, device, sampling), the speculator list in their help, and the one way
+errors reach the user."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import sys
 from typing import Annotated, NoReturn, Optional
 
 import typer
+from rich.markup import escape
+from typer.core import TyperCommand
 
 Model = Annotated[
     Optional[str],
@@ -63,3 +66,47 @@ def speculator_or_fail(spec: str):
         return create(spec)
     except SpecError as exc:
         fail(str(exc))
+
+
+# Placeholders in an option's help, filled in from the speculator registry when the help is shown.
+SPECULATORS = "{speculators}"
+TREE_SPECULATORS = "{tree_speculators}"
+ROW_SPECULATORS = "{row_speculators}"
+
+
+class SpeculatorHelp(TyperCommand):
+    """A command whose help names the registered speculators (at the placeholders above) and lists each one's
+    options below its own. Made only when the help is shown: the registry imports every speculator, and torch,
+    which running a command need not wait for before it parses its arguments."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from drafting.errors import SpecError
+        from drafting.speculators import registry
+
+        try:
+            reg = registry()
+        except SpecError as exc:
+            fail(str(exc))
+        names = {
+            SPECULATORS: ", ".join(reg),
+            TREE_SPECULATORS: ", ".join(n for n, c in reg.items() if not c.draws_rows),
+            ROW_SPECULATORS: ", ".join(n for n, c in reg.items() if c.draws_rows),
+        }
+        for param in self.params:
+            for mark, text in names.items():
+                if param.help and mark in param.help:
+                    param.help = param.help.replace(mark, text)
+        self.epilog = speculator_catalogue(reg)
+        super().format_help(ctx, formatter)
+
+
+def speculator_catalogue(reg: dict) -> str:
+    """Every speculator with its summary and its options (key=default and help), a paragraph each."""
+    parts = ["Speculators, set as NAME or NAME:KEY=VALUE,KEY=VALUE (switches take on or off):"]
+    for name, cls in reg.items():
+        lines = [f"{name}: {cls.summary_line}" if cls.summary_line else name]
+        for key, opt in cls.options.items():
+            default = opt.format(opt.default) or '""'  # an empty text (cache: none)
+            lines.append(f"  {key}={default}  {opt.help}")
+        parts.append("\n".join(lines))
+    return escape("\n\n".join(parts))

@@ -11,6 +11,8 @@ import typer
 
 from goosecli.main import app
 from goosecli.options import (
+    ROW_SPECULATORS,
+    TREE_SPECULATORS,
     Device,
     DeviceMap,
     Dtype,
@@ -18,6 +20,7 @@ from goosecli.options import (
     Model,
     Raw,
     Seed,
+    SpeculatorHelp,
     Temperature,
     TopK,
     TopP,
@@ -31,11 +34,11 @@ from goosecli.options import (
 MAX_SIBLINGS = 500  # headers read when looking for a trace's partner in its folder
 
 
-@app.command()
+@app.command(cls=SpeculatorHelp)
 def viz(
     traces: Annotated[Optional[list[Path]], typer.Argument(help="Trace files from `goose bench --trace DIR` or `goose chat --trace FILE`; a goose and a ptd trace of one prompt open side by side.", show_default=False)] = None,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Record a trace of this prompt now and open it.")] = None,
-    speculators: Annotated[str, typer.Option("--speculators", "-s", help="With --prompt: the speculators to record, comma-separated (the first tree one and the first PTD one are shown).")] = "goose,ptd",
+    speculators: Annotated[str, typer.Option("--speculators", "-s", help="With --prompt: the speculators to record, comma-separated; the first tree one (" + TREE_SPECULATORS + ") and the first draft-row one (" + ROW_SPECULATORS + ") are shown.")] = "goose,ptd",
     save: Annotated[Optional[Path], typer.Option("--save", help="With --prompt: folder to keep the recorded traces in (default: a temporary folder).")] = None,
     model: Model = None,
     device: Device = "auto",
@@ -78,16 +81,17 @@ def viz(
 
 def partner(path: Path) -> list[Path]:
     """The trace of the same prompt by a speculator of the other kind (tree vs PTD rows), from the same folder."""
-    from tui.viz_app import ROW_SPECULATORS
+    from tui.viz_app import row_speculators
 
     head = _header(path)
     if not head or "prompt_id" not in head or not path.parent.is_dir():
         return []
-    mine = str(head.get("speculator", "")).split(":")[0] in ROW_SPECULATORS
+    rows = row_speculators()
+    mine = str(head.get("speculator", "")).split(":")[0] in rows
     for other in sorted(path.parent.glob("*.jsonl"))[:MAX_SIBLINGS]:
         h = _header(other)
         if other != path and h and h.get("prompt_id") == head["prompt_id"]:
-            if (str(h.get("speculator", "")).split(":")[0] in ROW_SPECULATORS) != mine:
+            if (str(h.get("speculator", "")).split(":")[0] in rows) != mine:
                 return [other]
     return []
 

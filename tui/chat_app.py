@@ -26,7 +26,6 @@ from drafting.speculators import registry
 from tui.marks import PROVENANCE_LABEL, PROVENANCE_STYLE, provenance
 from tui.stats import LiveStats
 from tui.treepane import TreePane
-from tui.viz_app import ROW_SPECULATORS
 
 REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL (scripts/tui_overhead.py measures it)
 
@@ -134,7 +133,7 @@ class ChatApp(App):
         return text
 
     def _pane_kind(self) -> str:
-        return "ptd" if self.session.decoder.speculator.name in ROW_SPECULATORS else "spine"
+        return "ptd" if self.session.decoder.speculator.draws_rows else "spine"
 
     def _update_head(self) -> None:
         s = self.session

@@ -18,7 +18,22 @@ from tui.marks import LEGEND, MARKER, ROW_MARKER, ROW_STYLE, STYLE
 from tui.treepane import TreePane
 from tui.views import covering
 
-ROW_SPECULATORS = {"ptd", "lookahead"}
+
+
+def row_speculators() -> set[str]:
+    """Names of the registered speculators that draft in-model rows (their traces open in the PTD pane). Read
+    late: the registry imports every speculator, and torch, which opening a trace does not otherwise need."""
+    from drafting.speculators import registry
+
+    return {name for name, cls in registry().items() if cls.draws_rows}
+
+
+def tree_speculators() -> list[str]:
+    """Names of the registered speculators whose traces open in the spine-tree pane, goose first."""
+    from drafting.speculators import registry
+
+    names = [name for name, cls in registry().items() if not cls.draws_rows]
+    return sorted(names, key=lambda n: n != "goose")
 
 
 @dataclass
@@ -34,7 +49,7 @@ class Opened:
 
     @property
     def has_rows(self) -> bool:
-        return self.speculator.split(":")[0] in ROW_SPECULATORS or any(r.rows for r in self.trace.records)
+        return any(r.rows for r in self.trace.records) or self.speculator.split(":")[0] in row_speculators()
 
 
 def legend() -> Text:
@@ -102,8 +117,10 @@ class VizApp(App):
     def show_step(self) -> None:
         section, record = self.steps[self.index]
         spine_pane, ptd_pane = self.query_one("#spine", TreePane), self.query_one("#ptd", TreePane)
+        first, *others = tree_speculators()
+        also = f" (or {'/'.join(others)})" if others else ""
         for pane, opened, title, missing in (
-            (spine_pane, self.spine, "spine tree", "No spine-tree trace open: pass a goose (or pld/tr/iso) trace too."),
+            (spine_pane, self.spine, "spine tree", f"No spine-tree trace open: pass a {first}{also} trace too."),
             (ptd_pane, self.ptd, "PTD draft tree", "No PTD trace open: pass a ptd trace too, or record both with "
              "goose viz --prompt '…' --speculators goose,ptd."),
         ):
