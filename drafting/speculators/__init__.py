@@ -10,12 +10,11 @@ import os
 import pkgutil
 
 from drafting.engine.speculator import Option, Settings, Speculator, StepResult, option
-from drafting.engine.tree import Draft, DraftTree
 from drafting.errors import SpecError
 
 __all__ = [
-    "Draft", "DraftTree", "Option", "Settings", "Speculator", "StepResult", "SpecError", "option",
-    "PLUGINS_ENV", "registry", "create", "parse_spec",
+    "Option", "Settings", "Speculator", "StepResult", "SpecError", "option", "PLUGINS_ENV", "registry", "create",
+    "parse_spec",
 ]
 
 PLUGINS_ENV = "GOOSE_SPECULATORS"

@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli_env(**extra: str) -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+    """The environment of a goose run: this repository first on PYTHONPATH, then an extra PYTHONPATH if given."""
+    path = os.pathsep.join(p for p in (str(ROOT), extra.pop("PYTHONPATH", "")) if p)
+    return dict(os.environ, **extra, PYTHONPATH=path)
 
 
 def run_goose(*args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
