@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from drafting.errors import ContextError
+from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.decode import GenerationResult
 from drafting.models.gguf_convert import converted_folder
 from drafting.engine.loaded_model import LoadedModel
@@ -53,14 +53,8 @@ def same_network(lm: LoadedModel) -> bool:
 def run_generate(model: torch.nn.Module, lm: LoadedModel, params: SamplingParams, prompt_ids: list[int],
                  max_new_tokens: int, **extra) -> GenerationResult:
     """``model.generate`` on ``prompt_ids`` with our token limit, context check and EOS rule."""
-    if not prompt_ids:
-        raise ContextError("The prompt is empty.")
+    check_fits(prompt_ids, lm.max_context)
     room = lm.max_context - len(prompt_ids)
-    if room < 1:
-        raise ContextError(
-            f"The prompt has {len(prompt_ids)} tokens, more than the model's context window of "
-            f"{lm.max_context} leaves room for."
-        )
     eos = sorted(lm.eos_ids)
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
     kwargs = dict(
@@ -81,13 +75,8 @@ def run_generate(model: torch.nn.Module, lm: LoadedModel, params: SamplingParams
         out = model.generate(ids, **kwargs)
     wall = time.perf_counter() - t0
     new = [int(t) for t in out[0, len(prompt_ids):].tolist()]
-    stop = "max_new_tokens"
-    for i, tok in enumerate(new):
-        if tok in lm.eos_ids:
-            new, stop = new[: i + 1], "eos"
-            break
-    if stop != "eos" and len(new) < max_new_tokens:
-        stop = "context"
+    new, ended = cut_at_eos(new, lm.eos_ids)
+    stop = "eos" if ended else "context" if len(new) < max_new_tokens else "max_new_tokens"
     return GenerationResult(prompt_ids=list(prompt_ids), output_ids=new, stop_reason=stop, wall_s=wall)
 
 
@@ -95,6 +84,7 @@ class HFGenerate:
     """Plain decoding with ``generate()`` on the unmodified model; greedy unless sampling is asked for."""
 
     name = NAME
+    external = False
 
     def __init__(self, lm: LoadedModel, params: SamplingParams | None = None):
         self.lm = lm
