@@ -102,7 +102,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         run["margins"] = [round(m, 4) for m in margins]  # ar's top-2 logit gap at every emitted token
     if contender.external:
         run["external"] = True
-    elif contender.hf is not None and not contender.hf.same_network:
+    elif not contender.decoder and not contender.baseline.same_network:
         run["other_network"] = True  # transformers' model has float weights where ours are int8: not comparable
         notes.append("not compared with ar: transformers runs the float weights, this run int8 ones")
         run["notes"] = notes

@@ -7,7 +7,8 @@ A summary column is added in ``_totals`` (per speculator and per task) or in ``s
 from __future__ import annotations
 
 from drafting.engine.trace import StepRecord
-from drafting.bench.contenders import HF_AR, REFERENCE, is_number
+from drafting.baselines.hf_generate import NAME as HF_AR
+from drafting.bench.contenders import REFERENCE, is_number
 
 PLAIN = (REFERENCE, HF_AR)  # the plain decodings a speculator's speedup is measured against
 
