@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -21,6 +22,9 @@ class LoadedModel:
     weights: str = "float"  # weight format applied at load time (drafting.weights.formats)
     gguf: Path | None = None  # the GGUF file the weights were converted from, if any
     mode_choice: object = None  # drafting.weights.probe.ModeChoice when --weights auto measured the choice
+    # the measured verify cost curves tree budgets read (drafting.machine.verify_cost), supplied by the layer that
+    # knows the machine; None: nothing measured, so ``budget=auto`` speculators draft their whole candidate tree
+    verify_cost: Callable[[], object] | None = field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
