@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from drafting.engine.trace import StepRecord
+from drafting.engine.trace import StepRecord, source_counts
 
 DEFAULT_SPECULATOR = "goose"
 
@@ -158,12 +158,7 @@ def _stop_hit(text: str, before: int, stops: list[str]) -> bool:
 
 
 def _stats(result, records: list[StepRecord], tokens: int) -> dict:
-    acceptance: dict[str, dict] = {}
-    for r in records:
-        for src in r.sources[1:]:
-            acceptance.setdefault(src, {"offered": 0, "accepted": 0})["offered"] += 1
-        for i in r.accepted[1:]:
-            acceptance[r.sources[i]]["accepted"] += 1
+    acceptance = source_counts(records)
     for a in acceptance.values():
         a["rate"] = a["accepted"] / a["offered"] if a["offered"] else 0.0
     wall = result.wall_s if result else 0.0

@@ -10,11 +10,11 @@ from drafting.baselines.llama_cpp import LlamaCppError
 from drafting.engine.loaded_model import LoadedModel
 from drafting.bench.prompt_file import Prompt
 from drafting.models.chat_template import decode, encode
-from drafting.engine.trace import StepRecord
+from drafting.engine.trace import StepRecord, source_counts
 from drafting.bench.contenders import REFERENCE, Contender
 from drafting.bench.identity import first_divergence, tie_check
 from drafting.bench.settings import BenchSettings
-from drafting.bench.summary import aggregate_info, source_counts
+from drafting.bench.summary import aggregate_info
 from drafting.bench.timing import ForwardTimer
 from drafting.bench.traces import write_trace
 

@@ -15,17 +15,6 @@ PLAIN = (REFERENCE, HF_AR)  # the plain decodings a speculator's speedup is meas
 EMA_POINTS = 12  # length of the kept `ema` trajectory per run
 
 
-def source_counts(records: list[StepRecord]) -> dict[str, dict[str, int]]:
-    """Per source tag: tree nodes offered (root excluded) and accepted."""
-    out: dict[str, dict[str, int]] = {}
-    for r in records:
-        for src in r.sources[1:]:
-            out.setdefault(src, {"offered": 0, "accepted": 0})["offered"] += 1
-        for node in r.accepted[1:]:
-            out[r.sources[node]]["accepted"] += 1
-    return out
-
-
 def aggregate_info(records: list[StepRecord]) -> dict[str, dict]:
     """``record.info`` over a run: numbers -> n/sum/mean; strings and booleans -> counts per value."""
     out: dict[str, dict] = {}
