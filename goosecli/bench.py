@@ -59,6 +59,7 @@ def bench(
     from drafting.baselines.registry import NAMES as BASELINES
     from drafting.machine.openmp import describe_settings
     from drafting.bench.prompt_file import PromptFileError, read_prompts
+    from drafting.bench.results import read_resumable
     from drafting.errors import SpecError
     from drafting.speculators import parse_spec
 
@@ -81,6 +82,10 @@ def bench(
         fail(str(exc))
     if trace is not None and trace.exists() and not trace.is_dir():
         fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
+    try:
+        read_resumable(json_out, resume)  # a file that cannot be resumed is refused before the model loads
+    except BenchError as exc:
+        fail(str(exc))
     try:
         lm = load_or_fail(model, device, dtype, device_map, weights)
         contenders = build_contenders(speculators, lm, params)
