@@ -128,3 +128,24 @@ def test_keys_are_the_file_names_caches_were_written_under(tmp_path, monkeypatch
     key = {"machine": {"cpu": "test"}, "shapes": sorted([(48, 64), (32, 48)]), "tried": (2, 3, 4, 5, 6, 8)}
     assert key_hash(key) == "820203ab9f0b69da"
 
+
+def test_the_timing_caches_keep_their_folders_and_keys(tiny_lm, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    import torch
+
+    from drafting.machine.cost_curve import CURVES, curve_key
+    from drafting.weights.mkl import SPLIT_CACHE
+    from drafting.weights.probe import PROBE_CACHE, cache_path
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    threads = torch.get_num_threads()
+    lm = replace(tiny_lm, name="tiny")
+    assert curve_key(lm, 256) == f"tiny|cpu|torch.float32|{threads}|256"  # float: the key of before the formats
+    assert curve_key(replace(lm, weights="onednn"), 256) == f"tiny|cpu|torch.float32|{threads}|256|onednn"
+    mkl = replace(lm, weights="mkl", weights_key="mkl|torch 32x48<=4")
+    assert curve_key(mkl, 1536) == f"tiny|cpu|torch.float32|{threads}|1536|mkl|torch 32x48<=4"
+    assert CURVES.path(curve_key(lm, 256)).parent == tmp_path / "cost"
+    fp = {"probe": 2, "cpu": "test"}
+    assert cache_path(fp) == PROBE_CACHE.path(fp) == tmp_path / "modes" / f"{key_hash(fp)}.json"
+    assert SPLIT_CACHE.path({"x": 1}).parent == tmp_path / "mkl-split"
