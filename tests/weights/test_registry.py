@@ -69,6 +69,16 @@ def test_format_key_is_the_name_plus_what_a_format_adds():
             assert format_key(net, name) == name
 
 
+@pytest.mark.skipif(not WEIGHT_FORMATS["mkl"].available(CPU, torch.float32), reason="no working MKL packed product")
+def test_mkls_key_adds_the_few_row_products_it_leaves_to_torch():
+    from drafting.weights.mkl import MKLPackedLinear
+
+    net = torch.nn.Sequential(MKLPackedLinear(torch.nn.Linear(4, 3)), MKLPackedLinear(torch.nn.Linear(3, 2)))
+    assert format_key(net, "mkl") == "mkl"  # the packed product from two rows up: nothing to add
+    net[1].torch_rows = 4
+    assert format_key(net, "mkl") == "mkl|torch 2x3<=4"  # the key string caches were written under
+
+
 def test_no_list_of_format_names_outside_the_weights_package():
     """A format is added in its own file and the registry; nothing else names the formats as strings."""
     names = [n for n in WEIGHT_FORMATS if n != "float"]  # "float" is also the as-loaded default everywhere
