@@ -1,4 +1,4 @@
-"""``mkl``: a float32 Linear whose tree steps run MKL's packed matrix product (weight packed once), one-row steps torch's own.
+"""``mkl``: float32 Linear layers whose tree steps run MKL's packed product (weight packed once), one-row steps torch's.
 
 torch's default float32 Linear calls MKL's sgemm, which packs the weight into its blocked layout on every call:
 for the few rows of a tree step that repacking is a large share of the cost. MKL can pack a weight once

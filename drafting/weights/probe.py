@@ -156,7 +156,8 @@ def choose_format(net: torch.nn.Module, name: str, device: torch.device, dtype: 
         except (RuntimeError, ValueError) as exc:  # e.g. a sliding-window cache that cannot roll back a step
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             dt = str(dtype).replace("torch.", "")
-            return FormatChoice(dtype=dt, weights=FLOAT.name, rows=[], error=f"the probe could not time this model: {first}")
+            return FormatChoice(dtype=dt, weights=FLOAT.name, rows=[],
+                                error=f"the probe could not time this model: {first}")
         write_cached(fp, choice)
     apply_format(net, choice.weights)
     return choice
