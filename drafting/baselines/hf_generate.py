@@ -20,6 +20,7 @@ from drafting.models.gguf_convert import converted_folder
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.loader import _quiet_transformers
 from drafting.engine.sampling import SamplingParams
+from drafting.weights.formats import WEIGHT_FORMATS
 
 NAME = "hf-ar"
 _PLAIN: dict[tuple, torch.nn.Module] = {}
@@ -46,8 +47,10 @@ def plain_model(lm: LoadedModel) -> torch.nn.Module:
 
 
 def same_network(lm: LoadedModel) -> bool:
-    """Whether the unmodified model computes what ``lm`` computes (up to float rounding): not with int8 weights."""
-    return lm.weights != "int8"
+    """Whether the unmodified model computes what ``lm`` computes (up to float rounding): not with a weight format
+    of other weights (int8)."""
+    fmt = WEIGHT_FORMATS.get(lm.weights)
+    return fmt is None or fmt.same_numbers
 
 
 def run_generate(model: torch.nn.Module, lm: LoadedModel, params: SamplingParams, prompt_ids: list[int],

