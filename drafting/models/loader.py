@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from drafting.engine.attention import use_grouped_attention
 from drafting.engine.loaded_model import LoadedModel
 from drafting.errors import ModelError, WeightsError
 from drafting.machine.verify_cost import with_verify_cost
@@ -79,8 +80,6 @@ def load_model(
 ) -> LoadedModel:
     """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
     weight format ``weights`` (``auto`` or one of drafting.weights.formats) applied."""
-    from drafting.engine.attention import use_grouped_attention
-
     _quiet_transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
