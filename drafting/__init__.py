@@ -7,18 +7,12 @@ The Python entry points load nothing until first used, so ``import drafting`` st
 - ``model.generate(**inputs, custom_generate=drafting.custom_generate, speculator="goose")``
 - ``drafting.ChatSession`` -> a conversation whose KV cache is kept between turns
 
-Importing it before torch sets goose's OpenMP start-up settings (drafting.machine.openmp: a bounded spin that keeps the
-speed alone and shares the cores with other processes); imported after torch, or with any OpenMP wait or
-thread variable set by the user, or with ``GOOSE_OPENMP=keep``, it changes nothing.
+The layers inside, and the rule between them, are drawn in docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import importlib
-
-from drafting.machine.openmp import apply_startup_settings
-
-apply_startup_settings()
 
 _EXPORTS = {
     "generate": "api",

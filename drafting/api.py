@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from drafting.engine.trace import StepRecord
+from drafting.engine.trace import StepRecord, source_counts
 
 DEFAULT_SPECULATOR = "goose"
 
@@ -87,18 +87,18 @@ def stream(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPEC
     from drafting.engine.acceptance import make_acceptor
     from drafting.engine.sampling import SamplingParams
 
-    decoder.acceptor = make_acceptor(SamplingParams(temperature, top_k, top_p, seed))
+    acceptor = make_acceptor(SamplingParams(temperature, top_k, top_p, seed))  # this call's own, not the decoder's
     decoder.check_fits(prompt_ids)  # ContextError (one sentence) before anything runs
-    return Stream(lm, decoder, prompt_ids, max_new_tokens, stops)
+    return Stream(lm, decoder, prompt_ids, max_new_tokens, stops, acceptor)
 
 
 class Stream:
     """An answer being generated: iterate for pieces; ``generation`` once done (or after ``close``)."""
 
-    def __init__(self, lm, decoder, prompt_ids: list[int], max_new_tokens: int, stops: list[str]):
+    def __init__(self, lm, decoder, prompt_ids: list[int], max_new_tokens: int, stops: list[str], acceptor):
         self.lm = lm
         self.generation: Generation | None = None
-        self._it = self._run(decoder, prompt_ids, max_new_tokens, stops)
+        self._it = self._run(decoder, prompt_ids, max_new_tokens, stops, acceptor)
 
     def __iter__(self) -> Iterator[Piece]:
         return self
@@ -109,7 +109,7 @@ class Stream:
     def close(self) -> None:
         self._it.close()
 
-    def _run(self, decoder, prompt_ids, max_new_tokens, stops) -> Iterator[Piece]:
+    def _run(self, decoder, prompt_ids, max_new_tokens, stops, acceptor) -> Iterator[Piece]:
         from contextlib import nullcontext
 
         from drafting.models.detokenize import Detokenizer
@@ -120,13 +120,12 @@ class Stream:
         out: list[int] = []
         records: list[StepRecord] = []
         reason = ""
-        result = None  # this generation's GenerationResult (the decoder's own slot belongs to its latest stream)
-        steps = decoder.stream(prompt_ids, max_new_tokens)
+        steps = decoder.run(prompt_ids, max_new_tokens, acceptor=acceptor)
+        result = steps.result
         guard = borrowed(lm.model) if getattr(lm, "borrowed", False) else nullcontext()
         try:
             with guard:
                 for record in steps:
-                    result = result or decoder.result
                     records.append(record)
                     text = []
                     for token in record.emitted:
@@ -159,12 +158,7 @@ def _stop_hit(text: str, before: int, stops: list[str]) -> bool:
 
 
 def _stats(result, records: list[StepRecord], tokens: int) -> dict:
-    acceptance: dict[str, dict] = {}
-    for r in records:
-        for src in r.sources[1:]:
-            acceptance.setdefault(src, {"offered": 0, "accepted": 0})["offered"] += 1
-        for i in r.accepted[1:]:
-            acceptance[r.sources[i]]["accepted"] += 1
+    acceptance = source_counts(records)
     for a in acceptance.values():
         a["rate"] = a["accepted"] / a["offered"] if a["offered"] else 0.0
     wall = result.wall_s if result else 0.0
@@ -225,16 +219,17 @@ def _model(model, tokenizer, device: str, dtype: str, weights: str):
 
 def _decoder(lm, key, speculator: str, fresh: bool):
     from drafting.engine.decode import Decoder
+    from drafting.machine.step_hooks import machine_hooks
     from drafting.speculators import create
 
     if not isinstance(speculator, str):
         raise ValueError(f"speculator must be a spec string such as 'goose' or 'pld:draft=8', not {speculator!r}.")
     spec = create(speculator)  # SpecError, one sentence, for an unknown name or option
     if key is None or fresh:
-        return Decoder(lm, spec)  # UnsupportedModelError for a tree speculator on a sliding-window model
+        return Decoder(lm, spec, hooks=machine_hooks())  # UnsupportedModelError for a tree speculator on a sliding-window model
     dkey = (key, spec.spec())
     if dkey not in _DECODERS:
-        _DECODERS[dkey] = Decoder(lm, spec)
+        _DECODERS[dkey] = Decoder(lm, spec, hooks=machine_hooks())
     return _DECODERS[dkey]
 
 

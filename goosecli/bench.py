@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from goosecli.main import app
+from goosecli.app import app
 from goosecli.options import (
     SPECULATORS, Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, SpeculatorHelp, Temperature, TopK, TopP,
     Weights, fail, load_or_fail, sampling_or_fail,
@@ -55,11 +55,11 @@ def bench(
     from drafting.bench import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
     from drafting.errors import UnsupportedModelError
     from drafting.machine.curve_watch import take_notices
-    from drafting.baselines.hf_generate import NAME as HF_AR
+    from drafting.baselines.llama_cpp import LlamaCppError
+    from drafting.baselines.registry import NAMES as BASELINES
     from drafting.machine.openmp import describe_settings
-    from drafting.baselines.hf_pld import NAME as HF_PLD
-    from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, LlamaCppError
     from drafting.bench.prompt_file import PromptFileError, read_prompts
+    from drafting.bench.results import read_resumable
     from drafting.errors import SpecError
     from drafting.speculators import parse_spec
 
@@ -76,12 +76,16 @@ def bench(
         fail("--speculators is empty; name at least one speculator, e.g. pld.")
     try:
         for spec in specs:
-            if spec.split(":")[0].strip() not in (HF_AR, HF_PLD, *LLAMA_CPP_NAMES):
+            if spec.split(":")[0].strip() not in BASELINES:
                 parse_spec(spec)
     except SpecError as exc:
         fail(str(exc))
     if trace is not None and trace.exists() and not trace.is_dir():
         fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
+    try:
+        read_resumable(json_out, resume)  # a file that cannot be resumed is refused before the model loads
+    except BenchError as exc:
+        fail(str(exc))
     try:
         lm = load_or_fail(model, device, dtype, device_map, weights)
         contenders = build_contenders(speculators, lm, params)

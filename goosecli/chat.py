@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from goosecli.main import app
+from goosecli.app import app
 from goosecli.options import (
     SPECULATORS,
     Device,

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from goosecli.main import app
+from goosecli.app import app
 from goosecli.options import Device, Model, fail
 
 
@@ -42,7 +42,7 @@ def doctor(
     from drafting.errors import ModelError
     from drafting.models.loader import resolve_device
     from drafting.weights.probe import write_cached
-    from drafting.machine.doctor import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, weights_choices
+    from drafting.machine.doctor import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, format_choices
 
     try:
         dev = resolve_device(device)
@@ -94,7 +94,7 @@ def doctor(
         out.print(f"fastest one-token step here: {best.mode} ({1000 * best.step_s:.1f} ms); "
                   f"use it with {_flags(best)}.")
     out.print(f"--dtype auto picks {auto_dt}: {why}")
-    choices = weights_choices(profiles)
+    choices = format_choices(profiles)
     for fp, choice in choices:
         if fp is not None and not busy:
             write_cached(fp, choice)  # later runs with --weights auto use exactly this table's choice

@@ -10,6 +10,8 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand
 
+from drafting.weights.formats import weights_help
+
 Model = Annotated[
     Optional[str],
     typer.Option("--model", "-m", help="Model: omitted = embedded SmolLM2-135M-Instruct; gemma3-270m (its package installed); a .gguf file, a local folder or a hub id."),
@@ -18,7 +20,7 @@ Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present),
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]
 Weights = Annotated[
     str,
-    typer.Option("--weights", help="Weight format: auto (on CPU, in float32 or bfloat16, the fastest of float / onednn / dual / mkl timed on this machine once and cached; else float), float (as loaded, torch's default kernels), onednn (the same float weights packed for oneDNN, as exact), dual (torch's kernel for one-row steps, oneDNN's for trees and prefill, as exact), mkl (float32: torch's kernel for one-row steps, MKL's product over weights packed once for more rows, as exact) or int8 (weight-only int8 linear layers, CPU, bfloat16, which --dtype auto then picks; identical to ar up to near-ties; never chosen by auto)."),
+    typer.Option("--weights", help=weights_help()),
 ]
 DeviceMap = Annotated[
     Optional[str], typer.Option("--device-map", help="'auto' spreads a model too big for one GPU over several (accelerate).")

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from goosecli.main import app
+from goosecli.app import app
 from goosecli.options import (
     ROW_SPECULATORS,
     TREE_SPECULATORS,
@@ -113,6 +113,7 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
 
     from drafting.errors import ContextError
     from drafting.engine.decode import Decoder
+    from drafting.machine.step_hooks import machine_hooks
     from drafting.models.chat_template import encode
     from drafting.engine.acceptance import make_acceptor
     from drafting.engine.sampling import SamplingParams
@@ -134,9 +135,9 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
         header = {"speculator": name, "model": lm.name, "prompt_id": "prompt", "prompt": prompt, "command": "viz",
                   "mode": lm.mode, "sampling": asdict(params)}
         try:
-            decoder = Decoder(lm, spec, acceptor=make_acceptor(params), record_top=5)
+            decoder = Decoder(lm, spec, acceptor=make_acceptor(params), record_top=5, hooks=machine_hooks())
             with console.status(f"recording {name} …"), TraceWriter(path, header, tokenizer=lm.tokenizer) as tw:
-                for rec in decoder.stream(ids, max_new_tokens):
+                for rec in decoder.run(ids, max_new_tokens):
                     tw.write(rec)
         except (ContextError, ValueError) as exc:
             fail(str(exc))

@@ -11,6 +11,8 @@ import torch
 from drafting.bench import TIE_MARGIN  # the bench's near-tie rule: a flip where `ar`'s top-2 gap is this small
 from drafting.machine.cost_curve import measure
 from drafting.engine.decode import Decoder
+from drafting.engine.hooks import RecordMargins
+from drafting.machine.step_hooks import machine_hooks
 from drafting.engine.kv_cache import new_cache
 from drafting.speculators import create
 from drafting.engine.tree import Draft, DraftTree
@@ -81,11 +83,11 @@ def greedy_identity(lm, specs: list[str], prompts: list[list[int]], new_tokens: 
     """Each speculator's greedy output against `ar`'s on the same model: identical in float32; in half
     precision identical or first different at a near-tie of `ar`'s top-2 logits."""
     exact = lm.dtype == torch.float32
-    ar = Decoder(lm, create("ar"), record_margins=True)
+    ar = Decoder(lm, create("ar"), hooks=[*machine_hooks(), RecordMargins()])
     refs = [ar.generate(p, new_tokens) for p in prompts]
     per_spec, ok = {}, True
     for spec in specs:
-        dec = Decoder(lm, create(spec))
+        dec = Decoder(lm, create(spec), hooks=machine_hooks())
         identical = ties = 0
         accepted, margins = [], []
         for p, ref in zip(prompts, refs):

@@ -45,6 +45,7 @@ def random_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int
 
     from drafting.engine.attention import use_grouped_attention
     from drafting.engine.loaded_model import LoadedModel
+    from drafting.machine.verify_cost import with_verify_cost
 
     cfg = dict(SHAPES[shape])
     eos = 256 if tokenizer is not None else cfg["vocab_size"] - 1
@@ -54,8 +55,8 @@ def random_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int
         model = LlamaForCausalLM._from_config(config, dtype=dtype, attn_implementation="sdpa")
     model.eval()
     use_grouped_attention(model)  # what load_model does, so the check runs the attention path users get
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name or f"random {shape} ({str(dtype)[6:]})",
-                       device=device, dtype=dtype, eos_ids={eos}, max_context=config.max_position_embeddings)
+    return with_verify_cost(LoadedModel(model=model, tokenizer=tokenizer, name=name or f"random {shape} ({str(dtype)[6:]})",
+                       device=device, dtype=dtype, eos_ids={eos}, max_context=config.max_position_embeddings))
 
 
 def parameter_count(lm) -> str:

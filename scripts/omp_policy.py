@@ -1,4 +1,4 @@
-"""Measure OpenMP wait settings alone and beside a twin process, to choose goose's start-up default.
+"""Measure OpenMP wait settings alone and beside a twin process (goose itself sets none: see docs/speed.md).
 
 Each candidate setting runs in fresh processes (the OpenMP runtime reads its variables once, at load): first one
 worker alone, then two identical workers at once. A worker loads the model, warms up, waits until every worker
@@ -11,8 +11,7 @@ Run it on an otherwise idle machine, from the repository root:
     .venv/bin/python scripts/omp_policy.py                      # every candidate, 15 s per round
     .venv/bin/python scripts/omp_policy.py --seconds 10 --speculator goose --json omp.json
 
-The OpenMP variables of the calling shell are not passed on (each candidate names its own). The default that
-goose applies lives in ``drafting.machine.openmp.STARTUP_SETTINGS``.
+The OpenMP variables of the calling shell are not passed on (each candidate names its own).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "GOOSE_OPENMP")
 CANDIDATES = {
     "runtime default": {"GOOSE_OPENMP": "keep"},
-    "goose default": {},  # goose as shipped: drafting.machine.openmp.STARTUP_SETTINGS and thread sharing
+    "goose default": {},  # goose as shipped: the runtime's defaults and thread sharing
     "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
     "spin 1000": {"GOMP_SPINCOUNT": "1000"},
     "spin 10000": {"GOMP_SPINCOUNT": "10000"},
@@ -41,17 +40,17 @@ PROMPT = "Write a Python function that checks whether a number is prime, then ex
 
 def worker(args) -> None:
     """One measuring process: load, warm up, say ready, wait for go, decode for a fixed time, print JSON."""
-    import drafting  # noqa: F401  (applies goose's start-up settings before torch, unless told to keep)
     import torch
 
     from drafting.engine.decode import Decoder
+    from drafting.machine.step_hooks import machine_hooks
     from drafting.models.loader import load_model
     from drafting.models.chat_template import encode
     from drafting.speculators import create
 
     lm = load_model(args.model, device="cpu", dtype=args.dtype, weights=args.weights)
     ids = encode(lm.tokenizer, [{"role": "user", "content": PROMPT}])
-    dec = Decoder(lm, create(args.speculator))
+    dec = Decoder(lm, create(args.speculator), hooks=machine_hooks())
     dec.generate(ids, 8)
     print("ready", flush=True)
     sys.stdin.readline()

@@ -7,6 +7,7 @@ import time
 
 
 from drafting.engine.decode import Decoder
+from drafting.machine.step_hooks import machine_hooks
 from drafting.speculators import create
 from drafting.engine.static_shapes import StaticShapes
 
@@ -16,8 +17,8 @@ def static_identity(lm, specs: list[str], prompts: list[list[int]], new_tokens: 
     shapes = StaticShapes(buckets=(1, 16, 64), compile=compile, context=1024)
     per_spec, ok = {}, True
     for spec in specs:
-        plain = Decoder(lm, create(spec))
-        static = Decoder(lm, create(spec), static_shapes=shapes)
+        plain = Decoder(lm, create(spec), hooks=machine_hooks())
+        static = Decoder(lm, create(spec), static_shapes=shapes, hooks=machine_hooks())
         static.generate(prompts[0], new_tokens)  # warm-up: compiles and captures the shapes this prompt needs
         same, walls = 0, {"dynamic": 0.0, "static": 0.0}
         tokens = 0

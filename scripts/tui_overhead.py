@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import textual.drivers.headless_driver as headless_driver
 
 from drafting.engine.decode import Decoder
+from drafting.machine.step_hooks import machine_hooks
 from drafting.models.loader import load_model
 from drafting.machine.openmp import release_idle_workers
 from drafting.models.chat_template import encode
@@ -59,7 +60,7 @@ def terminal_stand_in():
 
 
 def headless(lm, spec: str, tokens: int) -> tuple[float, int, int]:
-    dec = Decoder(lm, create(spec))
+    dec = Decoder(lm, create(spec), hooks=machine_hooks())  # as the chat session decodes
     ids = encode(lm.tokenizer, [{"role": "user", "content": PROMPT}])
     r = dec.generate(ids, tokens)
     return r.wall_s - r.prefill_s, len(r.output_ids), r.steps
@@ -84,7 +85,7 @@ async def in_app(lm, spec: str, tokens: int) -> tuple[float, int, int]:
             await pilot.press("enter")
             while app.generating:
                 await asyncio.sleep(0.25)  # the measuring loop itself stays out of the way
-    r = session.decoder.result
+    r = session.last_result
     assert TerminalStandIn.written, "the app drew nothing"
     return r.wall_s - r.prefill_s, len(r.output_ids), r.steps
 

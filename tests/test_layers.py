@@ -23,7 +23,7 @@ LAYERS = {
     "drafting.api": 6, "drafting.chat": 6, "drafting.bench": 6, "drafting.integrations": 6, "drafting": 6,
     "goosecli": 7, "tui": 7,
 }
-LATE_IMPORTS_ALLOWED = ("goosecli", "tui", "drafting.api", "drafting", "drafting.integrations.custom_generate")
+LATE_IMPORTS_ALLOWED = ("goosecli", "tui", "drafting.api", "drafting")
 
 
 def layer_of(module: str) -> tuple[str, int]:

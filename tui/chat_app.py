@@ -194,7 +194,7 @@ class ChatApp(App):
                 self._pending.append(item)
         except Exception as exc:  # shown in the transcript: one sentence, the conversation goes on
             error = str(exc) or type(exc).__name__
-        result = self.session.decoder.result
+        result = self.session.last_result
         self.call_from_thread(self._finished, result.stop_reason if result and not error else "", error)
 
     def _drain(self) -> None:

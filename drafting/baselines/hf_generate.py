@@ -14,12 +14,13 @@ from pathlib import Path
 
 import torch
 
-from drafting.errors import ContextError
+from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.decode import GenerationResult
 from drafting.models.gguf_convert import converted_folder
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.loader import _quiet_transformers
 from drafting.engine.sampling import SamplingParams
+from drafting.weights.formats import WEIGHT_FORMATS
 
 NAME = "hf-ar"
 _PLAIN: dict[tuple, torch.nn.Module] = {}
@@ -46,21 +47,17 @@ def plain_model(lm: LoadedModel) -> torch.nn.Module:
 
 
 def same_network(lm: LoadedModel) -> bool:
-    """Whether the unmodified model computes what ``lm`` computes (up to float rounding): not with int8 weights."""
-    return lm.weights != "int8"
+    """Whether the unmodified model computes what ``lm`` computes (up to float rounding): not with a weight format
+    of other weights (int8)."""
+    fmt = WEIGHT_FORMATS.get(lm.weights)
+    return fmt is None or fmt.same_numbers
 
 
 def run_generate(model: torch.nn.Module, lm: LoadedModel, params: SamplingParams, prompt_ids: list[int],
                  max_new_tokens: int, **extra) -> GenerationResult:
     """``model.generate`` on ``prompt_ids`` with our token limit, context check and EOS rule."""
-    if not prompt_ids:
-        raise ContextError("The prompt is empty.")
+    check_fits(prompt_ids, lm.max_context)
     room = lm.max_context - len(prompt_ids)
-    if room < 1:
-        raise ContextError(
-            f"The prompt has {len(prompt_ids)} tokens, more than the model's context window of "
-            f"{lm.max_context} leaves room for."
-        )
     eos = sorted(lm.eos_ids)
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
     kwargs = dict(
@@ -81,13 +78,8 @@ def run_generate(model: torch.nn.Module, lm: LoadedModel, params: SamplingParams
         out = model.generate(ids, **kwargs)
     wall = time.perf_counter() - t0
     new = [int(t) for t in out[0, len(prompt_ids):].tolist()]
-    stop = "max_new_tokens"
-    for i, tok in enumerate(new):
-        if tok in lm.eos_ids:
-            new, stop = new[: i + 1], "eos"
-            break
-    if stop != "eos" and len(new) < max_new_tokens:
-        stop = "context"
+    new, ended = cut_at_eos(new, lm.eos_ids)
+    stop = "eos" if ended else "context" if len(new) < max_new_tokens else "max_new_tokens"
     return GenerationResult(prompt_ids=list(prompt_ids), output_ids=new, stop_reason=stop, wall_s=wall)
 
 
@@ -95,6 +87,7 @@ class HFGenerate:
     """Plain decoding with ``generate()`` on the unmodified model; greedy unless sampling is asked for."""
 
     name = NAME
+    external = False
 
     def __init__(self, lm: LoadedModel, params: SamplingParams | None = None):
         self.lm = lm

@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from drafting.errors import ContextError
+from drafting.engine.stop_rules import check_fits
 from drafting.engine.decode import GenerationResult
 from drafting.models.loader import EMBEDDED_NAME, embedded_gguf
 from drafting.engine.loaded_model import LoadedModel
@@ -52,6 +52,10 @@ def gguf_path(lm: LoadedModel) -> Path:
 
 class LlamaCppRunner:
     """Greedy generation with llama.cpp on prompt token ids; ``pld=True`` adds its prompt lookup drafts."""
+
+    external = True
+    same_network = False  # its own kernels on the GGUF's own weights
+    model = None
 
     def __init__(self, lm: LoadedModel, pld: bool = False, threads: int | None = None):
         try:
@@ -92,11 +96,8 @@ class LlamaCppRunner:
         return {"decode_calls": self.decode_calls}
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GenerationResult:
-        if not prompt_ids:
-            raise ContextError("The prompt is empty.")
         n_ctx = self.llm.n_ctx()
-        if len(prompt_ids) + 1 > n_ctx:
-            raise ContextError(f"The prompt has {len(prompt_ids)} tokens, more than llama.cpp's context of {n_ctx} leaves room for.")
+        check_fits(prompt_ids, n_ctx, window="llama.cpp's context of")
         limit = min(max_new_tokens, n_ctx - len(prompt_ids))
         self.llm.reset()  # no reuse of the previous prompt's KV cache: every run pays its own prefill
         out: list[int] = []

@@ -22,12 +22,12 @@ from drafting.bench.one_prompt import run_one
 from drafting.bench.results import BenchError, ResultsFile, Skip
 from drafting.bench.runner import prompt_fits, run_bench, warm_up
 from drafting.bench.settings import BenchSettings
-from drafting.bench.summary import aggregate_info, source_counts, summarize
+from drafting.bench.summary import aggregate_info, summarize
 from drafting.bench.timing import ForwardTimer
 from drafting.bench.traces import trace_path, write_trace
 
 __all__ = [
     "REFERENCE", "TIE_MARGIN", "BenchError", "BenchSettings", "Contender", "ForwardTimer", "ResultsFile", "Skip",
     "aggregate_info", "build_contenders", "first_divergence", "prompt_fits", "run_bench", "run_one",
-    "source_counts", "split_specs", "summarize", "tie_check", "trace_path", "warm_up", "write_trace",
+    "split_specs", "summarize", "tie_check", "trace_path", "warm_up", "write_trace",
 ]

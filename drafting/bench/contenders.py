@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from drafting.baselines.protocol import Baseline
+from drafting.baselines.registry import baseline_for
 from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder, GenerationResult
-from drafting.baselines.hf_generate import NAME as HF_AR, HFGenerate
-from drafting.baselines.hf_pld import NAME as HF_PLD, HFPromptLookup
-from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
+from drafting.engine.hooks import RecordMargins
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.sampling import SamplingParams
-from drafting.errors import SpecError
+from drafting.machine.step_hooks import machine_hooks
 from drafting.speculators import create
 
 REFERENCE = "ar"
@@ -45,24 +45,15 @@ def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list
     out: list[Contender] = []
     seen: set[str] = set()
     for spec in specs:
-        if spec.strip() == HF_PLD:
-            contender = Contender(hf=HFPromptLookup(lm, params))
-        elif spec.strip() == HF_AR:
-            contender = Contender(hf=HFGenerate(lm, params))
-        elif spec.strip().split(":")[0] == HF_PLD:
-            raise SpecError(f"{HF_PLD!r} takes no options (it is transformers' generate(prompt_lookup_num_tokens=10)).")
-        elif spec.strip().split(":")[0] == HF_AR:
-            raise SpecError(f"{HF_AR!r} takes no options (it is transformers' own generate() on the unmodified model).")
-        elif spec.strip() in LLAMA_CPP_NAMES:
-            if not params.greedy:
-                raise SpecError(f"{spec.strip()!r} runs greedy only; drop it or use --temperature 0.")
-            contender = Contender(external=LlamaCppRunner(lm, pld=spec.strip() == LLAMA_CPP_PLD))
-        elif spec.strip().split(":")[0] in LLAMA_CPP_NAMES:
-            raise SpecError(f"{spec.strip().split(':')[0]!r} takes no options.")
+        baseline = baseline_for(spec, lm, params)
+        if baseline is not None:
+            contender = Contender(baseline=baseline)
         else:
             speculator = create(spec)
-            margins = params.greedy and speculator.name == REFERENCE  # the tie test reads ar's top-2 margins
-            contender = Contender(decoder=Decoder(lm, speculator, acceptor=make_acceptor(params), record_margins=margins))
+            hooks = machine_hooks()
+            if params.greedy and speculator.name == REFERENCE:
+                hooks.append(RecordMargins())  # the tie test reads ar's top-2 margins
+            contender = Contender(decoder=Decoder(lm, speculator, acceptor=make_acceptor(params), hooks=hooks))
         if contender.spec not in seen:
             seen.add(contender.spec)
             out.append(contender)
@@ -71,24 +62,27 @@ def build_contenders(text: str, lm: LoadedModel, params: SamplingParams) -> list
 
 @dataclass
 class Contender:
-    """One entry of the comparison: a Decoder around ONE speculator instance for the whole run, or a transformers
-    row (hf-ar, hf-pld: their own loop on the unmodified model), or an external engine."""
+    """One entry of the comparison: a Decoder around ONE speculator instance for the whole run, or a baseline
+    (transformers' own loop on the unmodified model, or another engine)."""
 
     decoder: Decoder | None = None
-    hf: HFGenerate | HFPromptLookup | None = None
-    external: LlamaCppRunner | None = None  # another engine: timed beside ours, never compared token by token
+    baseline: Baseline | None = None
+
+    @property
+    def external(self) -> bool:
+        return self.baseline is not None and self.baseline.external
 
     @property
     def spec(self) -> str:
-        return self.decoder.speculator.spec() if self.decoder else (self.hf or self.external).spec()
+        return self.decoder.speculator.spec() if self.decoder else self.baseline.spec()
 
     def stats(self) -> dict:
-        return flatten(self.decoder.speculator.stats() if self.decoder else (self.hf or self.external).stats())
+        return flatten(self.decoder.speculator.stats() if self.decoder else self.baseline.stats())
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GenerationResult:
         if self.decoder:
             return self.decoder.generate(prompt_ids, max_new_tokens)
-        return (self.hf or self.external).generate(prompt_ids, max_new_tokens)
+        return self.baseline.generate(prompt_ids, max_new_tokens)
 
 
 def is_number(v) -> bool:

@@ -10,11 +10,11 @@ from drafting.baselines.llama_cpp import LlamaCppError
 from drafting.engine.loaded_model import LoadedModel
 from drafting.bench.prompt_file import Prompt
 from drafting.models.chat_template import decode, encode
-from drafting.engine.trace import StepRecord
+from drafting.engine.trace import StepRecord, source_counts
 from drafting.bench.contenders import REFERENCE, Contender
 from drafting.bench.identity import first_divergence, tie_check
 from drafting.bench.settings import BenchSettings
-from drafting.bench.summary import aggregate_info, source_counts
+from drafting.bench.summary import aggregate_info
 from drafting.bench.timing import ForwardTimer
 from drafting.bench.traces import write_trace
 
@@ -102,7 +102,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         run["margins"] = [round(m, 4) for m in margins]  # ar's top-2 logit gap at every emitted token
     if contender.external:
         run["external"] = True
-    elif contender.hf is not None and not contender.hf.same_network:
+    elif not contender.decoder and not contender.baseline.same_network:
         run["other_network"] = True  # transformers' model has float weights where ours are int8: not comparable
         notes.append("not compared with ar: transformers runs the float weights, this run int8 ones")
         run["notes"] = notes

@@ -25,6 +25,24 @@ class Skip:
     reason: str
 
 
+def read_resumable(path: Path | None, resume: bool) -> dict | None:
+    """What ``--resume`` continues: None when not resuming or the file is not there yet; BenchError (one
+    sentence) before any model is loaded when it cannot be resumed at all."""
+    if not resume:
+        return None
+    if path is None:
+        raise BenchError("--resume needs --json OUT (the results file to continue).")
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise BenchError(f"Cannot resume: {str(path)!r} is not a goose bench JSON file.")
+    return data
+
+
 class ResultsFile:
     """The --json output, rewritten whole (write-then-rename) after every run, so it is always valid JSON."""
 
@@ -33,19 +51,11 @@ class ResultsFile:
         self.meta = meta
         self.runs: list[dict] = []
         self.skipped: list[dict] = []
-        if resume:
-            if path is None:
-                raise BenchError("--resume needs --json OUT (the results file to continue).")
-            if path.exists():
-                self._load()
+        data = read_resumable(path, resume)
+        if data is not None:
+            self._load(data)
 
-    def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BenchError(f"Cannot resume: {str(self.path)!r} is not a goose bench JSON file.") from None
-        if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-            raise BenchError(f"Cannot resume: {str(self.path)!r} is not a goose bench JSON file.")
+    def _load(self, data: dict) -> None:
         for key in RESUME_MUST_MATCH:
             if key in data and data[key] != self.meta.get(key):
                 raise BenchError(

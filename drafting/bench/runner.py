@@ -7,6 +7,7 @@ from typing import Iterator
 
 from drafting.engine.decode import Decoder
 from drafting.engine.loaded_model import LoadedModel
+from drafting.machine.step_hooks import machine_hooks
 from drafting.bench.prompt_file import Prompt
 from drafting.models.chat_template import encode
 from drafting.speculators import create
@@ -32,10 +33,10 @@ def warm_up(lm: LoadedModel, contenders: list[Contender], prompt: Prompt, raw: b
     ids = encode(lm.tokenizer, [{"role": "user", "content": prompt.text}], raw=raw)
     if len(ids) + WARMUP_TOKENS + 1 > lm.max_context:
         ids = ids[-(lm.max_context // 2):]
-    Decoder(lm, create(REFERENCE)).generate(ids, WARMUP_TOKENS)
+    Decoder(lm, create(REFERENCE), hooks=machine_hooks()).generate(ids, WARMUP_TOKENS)
     for c in contenders:
-        if c.hf or c.external:
-            (c.hf or c.external).generate(ids, WARMUP_TOKENS)
+        if c.baseline:
+            c.baseline.generate(ids, WARMUP_TOKENS)
 
 
 def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt], settings: BenchSettings,
@@ -44,8 +45,8 @@ def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt
     done = results.done()
     timer = ForwardTimer(lm.model, lm.device)
     for c in contenders:
-        if c.hf is not None:
-            timer.also(c.hf.model)
+        if c.baseline is not None and c.baseline.model is not None:
+            timer.also(c.baseline.model)
     try:
         todo = [p for p in prompts if any((p.id, c.spec) not in done for c in contenders)]
         if warmup and todo:

@@ -7,22 +7,12 @@ A summary column is added in ``_totals`` (per speculator and per task) or in ``s
 from __future__ import annotations
 
 from drafting.engine.trace import StepRecord
-from drafting.bench.contenders import HF_AR, REFERENCE, is_number
+from drafting.baselines.hf_generate import NAME as HF_AR
+from drafting.bench.contenders import REFERENCE, is_number
 
 PLAIN = (REFERENCE, HF_AR)  # the plain decodings a speculator's speedup is measured against
 
 EMA_POINTS = 12  # length of the kept `ema` trajectory per run
-
-
-def source_counts(records: list[StepRecord]) -> dict[str, dict[str, int]]:
-    """Per source tag: tree nodes offered (root excluded) and accepted."""
-    out: dict[str, dict[str, int]] = {}
-    for r in records:
-        for src in r.sources[1:]:
-            out.setdefault(src, {"offered": 0, "accepted": 0})["offered"] += 1
-        for node in r.accepted[1:]:
-            out[r.sources[node]]["accepted"] += 1
-    return out
 
 
 def aggregate_info(records: list[StepRecord]) -> dict[str, dict]:

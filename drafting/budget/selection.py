@@ -1,4 +1,4 @@
-"""How many draft nodes pay on this hardware (REFERENCE §7).
+"""How many draft nodes pay on this hardware (the Sequoia-style rule: size a tree by expected tokens per second).
 
 A step that verifies n draft nodes (n + 1 rows with the root) costs ``overhead + curve.time(n + 1)`` seconds
 and is expected to emit ``1 + sum of the nodes' path probabilities`` tokens (a node's path probability is the
@@ -6,12 +6,8 @@ chance that it and all its ancestors are accepted). Given candidate nodes in the
 (best-first, parents before children), ``best_prefix`` picks the count that maximises tokens per second.
 Because the measured curve is used, the same rule picks small trees on a CPU and large ones on a GPU.
 
-``AcceptanceStats`` keeps the online estimates the probabilities come from: a Beta posterior per key (the
-speculator decides what a key is: source, depth, score bucket, ...).
-
-For drafters that cannot predict their acceptance (in-model drafting: Lookahead, PTD), ``OnlineBudget`` learns
-tokens per step for a few candidate row counts from the steps actually run and falls back to plain steps when
-no size pays.
+The probabilities come from drafting.budget.acceptance_rates; drafters that cannot predict their acceptance
+(in-model drafting) size their steps with drafting.budget.online instead.
 """
 
 from __future__ import annotations

@@ -14,12 +14,14 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator
 
-from drafting.engine.decode import Decoder
+from drafting.engine.decode import Decoder, GenerationResult
 from drafting.engine.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.chat_template import decode, encode
 from drafting.speculators import create
 from drafting.engine.trace import StepRecord, TraceWriter
+from drafting.machine.plain_speed import PlainBaseline
+from drafting.machine.step_hooks import machine_hooks
 
 
 
@@ -59,6 +61,7 @@ class ChatSession:
         self.messages: list[dict] = []
         self._decoders: dict[str, Decoder] = {}
         self.decoder: Decoder = self._decoder(speculator)
+        self.last_result: GenerationResult | None = None  # the latest turn's, filled as it is decoded
         self.ar_step_s: float | None = None
         self.baseline = None  # drafting.machine.plain_speed.PlainBaseline once measure_baseline() ran
         self.turns = 0
@@ -79,7 +82,7 @@ class ChatSession:
 
     def _decoder(self, spec: str) -> Decoder:
         if spec not in self._decoders:  # SpecError (one sentence) propagates to the caller
-            self._decoders[spec] = Decoder(self.lm, create(spec), acceptor=self.acceptor)
+            self._decoders[spec] = Decoder(self.lm, create(spec), acceptor=self.acceptor, hooks=machine_hooks())
         return self._decoders[spec]
 
     def use(self, spec: str) -> None:
@@ -95,8 +98,6 @@ class ChatSession:
     def measure_baseline(self) -> float:
         """Seconds per plain (`ar`) decoding step on this model: ``self.baseline`` reads it from this process's
         own cost curve at each step's context length (drafting.machine.plain_speed); ``ar_step_s`` is its value now."""
-        from drafting.machine.plain_speed import PlainBaseline
-
         self.baseline = PlainBaseline(self.lm)
         self.ar_step_s = self.baseline.step_s()
         return self.ar_step_s
@@ -162,13 +163,14 @@ class ChatSession:
                                  "prompt_tokens": len(ids), "prefilled": self.prefilled})
         out: list[int] = []
         try:
-            for record in self.decoder.stream(ids, self.max_new_tokens, should_stop=should_stop, cache=cache):
+            run = self.decoder.run(ids, self.max_new_tokens, should_stop=should_stop, cache=cache)
+            result = self.last_result = run.result
+            for record in run:
                 if self.first_token_s is None:
                     self.first_token_s = time.perf_counter() - t_ask
                 out.extend(record.emitted)
                 if self.writer is not None:
                     self.writer.write(record)
-                result = self.decoder.result
                 yield record, result.wall_s - result.prefill_s
         finally:
             self._after_turn(ids, out)

@@ -1,30 +1,31 @@
-"""The decode loop: speculator proposes -> one forward verifies -> emit -> speculator observes.
+"""The decode loop: speculator proposes -> one forward verifies -> accept -> speculator observes.
 
-Every step yields a StepRecord; ``Decoder.result`` holds the totals once the stream ends.
+``Decoder.run`` returns a ``DecodeRun``: iterate it for one ``StepRecord`` per step; its ``result`` is the
+generation's (filled as it goes, complete once the iteration ends). What rides along on a run without being
+part of decoding (the machine's cost-curve watch, thread sharing, margins) is a hook the caller installs
+(drafting.engine.hooks).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import torch
-from drafting.engine.kv_cache import new_cache
 
-from drafting.machine.curve_watch import note_step, notice, settle
+from drafting.engine.acceptance import Acceptor, greedy_acceptor
+from drafting.engine.forward import Forward, keep_accepted
+from drafting.engine.hooks import DecodeHook, StepDone
+from drafting.engine.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.model_support import attention_layout
 from drafting.engine.phase_clock import PhaseClock
-from drafting.engine.fast_topk import row_topk
 from drafting.engine.speculator import Speculator, StepResult
 from drafting.engine.static_shapes import StaticForward, StaticShapes
-from drafting.engine.model_support import attention_layout
-from drafting.machine import thread_share
+from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.trace import StepRecord
 from drafting.engine.tree import Draft
-from drafting.engine.forward import Forward, keep_accepted
-from drafting.engine.acceptance import Acceptor, greedy_acceptor
-from drafting.errors import ContextError
 
 
 @dataclass
@@ -37,8 +38,8 @@ class GenerationResult:
     wall_s: float = 0.0  # prefill + all steps
     draft_s: float = 0.0
     verify_s: float = 0.0
-    margins: list[float] | None = None  # top-2 logit gap behind each output token (Decoder(record_margins=True))
-    cached_tokens: int = 0  # prompt tokens found in a kept cache (Decoder.stream(cache=...)), not prefilled again
+    margins: list[float] | None = None  # top-2 logit gap behind each output token (hooks.RecordMargins)
+    cached_tokens: int = 0  # prompt tokens found in a kept cache (Decoder.run(cache=...)), not prefilled again
 
     @property
     def steps(self) -> int:
@@ -58,8 +59,8 @@ class Decoder:
         speculator: Speculator,
         acceptor: Acceptor | None = None,
         record_top: int = 0,
-        record_margins: bool = False,
         static_shapes: StaticShapes | None = None,
+        hooks: Sequence[DecodeHook] = (),
     ):
         if speculator.name != "ar":
             attention_layout(lm.model, lm.name)  # one sentence when trees cannot be verified exactly on it
@@ -67,136 +68,147 @@ class Decoder:
         self.speculator = speculator
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
-        self.record_margins = record_margins  # how close each emitted token was to a tie (low-precision exactness)
         self.static_shapes = static_shapes  # opt-in fixed step shapes (drafting.engine.static_shapes); None = dynamic
+        self.hooks = list(hooks)
         if static_shapes:
             self.forward = StaticForward.shared(lm, static_shapes)
         else:
             self.forward = Forward(lm.model, lm.dtype, lm.device)
         self.max_context = self.forward.context if static_shapes else lm.max_context  # a static cache may be shorter
         self.clock = PhaseClock.for_model(lm.model)
-        self.result: GenerationResult | None = None
         speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
-        if len(prompt_ids) + 1 > self.max_context:
-            raise ContextError(
-                f"The prompt has {len(prompt_ids)} tokens, more than the model's context window of "
-                f"{self.max_context} leaves room for."
-            )
-        if not prompt_ids:
-            raise ContextError("The prompt is empty.")
+        check_fits(prompt_ids, self.max_context)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, **kw) -> GenerationResult:
-        for _ in self.stream(prompt_ids, max_new_tokens, **kw):
-            pass
-        assert self.result is not None
-        return self.result
+        return self.run(prompt_ids, max_new_tokens, **kw).finish()
 
-    def stream(
-        self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None,
-        cache=None,
-    ) -> Iterator[StepRecord]:
-        """Stream the step records of one generation. ``cache``: a KV cache kept from an earlier stream that
-        holds the first ``cache.get_seq_length()`` tokens of ``prompt_ids`` (all but the last at most); only the
-        rest is prefilled. Afterwards its first len(prompt + output) - 1 positions hold those tokens in order (a
-        last step cut at EOS or the token limit leaves the rest of its accepted path after them)."""
+    def run(self, prompt_ids: list[int], max_new_tokens: int, should_stop: Callable[[], bool] | None = None,
+            cache=None, acceptor: Acceptor | None = None) -> "DecodeRun":
+        """One generation, run as it is iterated. ``cache``: a KV cache kept from an earlier run that holds the
+        first ``cache.get_seq_length()`` tokens of ``prompt_ids`` (all but the last at most); only the rest is
+        prefilled. Afterwards its first len(prompt + output) - 1 positions hold those tokens in order (a last
+        step cut at EOS or the token limit leaves the rest of its accepted path after them). ``acceptor``: this
+        run's acceptance rule (default: the decoder's)."""
         self.check_fits(prompt_ids)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}.")
-        lm, spec = self.lm, self.speculator
         cached = 0 if cache is None else cache.get_seq_length()
         if cached > len(prompt_ids) - 1:
             raise ValueError(f"The kept cache holds {cached} tokens, more than the {len(prompt_ids) - 1} before the prompt's last.")
-        result = GenerationResult(prompt_ids=list(prompt_ids), output_ids=[], margins=[] if self.record_margins else None,
-                                  cached_tokens=cached)
-        self.result = result
-        if cache is None:
-            cache = self.forward.new_cache() if self.static_shapes else new_cache(lm.model.config)
-        settle(lm.model)  # a cost curve found off by earlier steps is measured again here, before the clock starts
-        clock = self.clock
-        t_start = time.perf_counter()
-        m_start = clock.mark()
-        context = list(prompt_ids)
-        if not (cached and spec.resume(list(context))):  # a kept cache continues what the speculator saw
-            spec.reset(list(context))
-        if len(context) - 1 > cached:
-            rows = spec.prefill_logit_rows
-            logits = self.forward.prefill(context[cached:-1], cache, rows)
-            spec.observe_prefill(context[:-1], None if rows == 0 else logits)
-        m_prefilled = clock.mark()
-        clock.settle()  # the prefill's queued GPU work belongs to the prefill, not to step 1
-        result.prefill_s = clock.seconds(m_start, m_prefilled)
-        step = 0
-        while True:
-            if should_stop is not None and should_stop():
-                result.stop_reason = "stopped"
-                break
-            prefix_len = cache.get_seq_length()
-            room = self.max_context - prefix_len
-            if room < 1:
-                result.stop_reason = "context"
-                break
-            t0 = clock.mark()
-            draft = spec.propose(context)
-            t1 = clock.mark()
-            draft = _fit(draft, room)
-            logits = self.forward.step(draft, cache)
-            path, bonus = self.acceptor(draft.tree, logits)
-            keep_accepted(cache, prefix_len, path)
-            tree = draft.tree
-            emitted = [tree.tokens[i] for i in path[1:]] + [bonus]
-            stop = None
-            for i, tok in enumerate(emitted):
-                if tok in lm.eos_ids:
-                    emitted, stop = emitted[: i + 1], "eos"
-                    break
-            left = max_new_tokens - len(result.output_ids)
-            if len(emitted) >= left:
-                emitted = emitted[:left]
-                stop = stop or "max_new_tokens"
-                if stop == "eos" and emitted[-1] not in lm.eos_ids:
-                    stop = "max_new_tokens"
-            if stop is None and prefix_len + len(path) + 1 > self.max_context:
-                stop = "context"
-            t2 = clock.mark()
-            context.extend(emitted)
-            spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
-            t3 = clock.mark()
-            clock.settle()  # end of step: read the marks once, so no queued work leaks into the next step
-            note_step(lm.model, draft.size, prefix_len, clock.seconds(t1, t2))  # keeps a cached cost curve true to this run
-            shared = thread_share.tick(lm.device)  # gives threads up while other processes hold the cores
-            if shared:
-                notice(shared)
-            record = StepRecord(
-                step=step,
-                position=len(result.output_ids),
-                tokens=list(tree.tokens),
-                parents=list(tree.parents),
-                sources=list(tree.sources),
-                accepted=path,
-                emitted=emitted,
-                draft_s=clock.seconds(t0, t1) + clock.seconds(t2, t3),
-                verify_s=clock.seconds(t1, t2),
-                info=dict(draft.info),
-                top=_top(logits[: len(tree)], self.record_top) if self.record_top else None,
-                stop=stop,
-            )
-            record.rows = record.info.pop("rows", None)
-            result.output_ids.extend(emitted)
-            if result.margins is not None:
-                top2 = row_topk(logits[path].float(), 2)[0]  # emitted[j] is the argmax at path[j]
-                result.margins.extend((top2[:, 0] - top2[:, 1]).tolist()[: len(emitted)])
-            result.records.append(record)
-            result.draft_s += record.draft_s
-            result.verify_s += record.verify_s
-            result.wall_s = time.perf_counter() - t_start
-            step += 1
-            yield record
-            if stop:
-                result.stop_reason = stop
-                break
+        return DecodeRun(self, list(prompt_ids), max_new_tokens, should_stop, cache, acceptor or self.acceptor)
+
+
+class DecodeRun:
+    """One generation: iterate for its step records; ``result`` is its ``GenerationResult``."""
+
+    def __init__(self, decoder: Decoder, prompt_ids: list[int], max_new_tokens: int,
+                 should_stop: Callable[[], bool] | None, cache, acceptor: Acceptor):
+        self.lm = decoder.lm
+        cached = 0 if cache is None else cache.get_seq_length()
+        self.result = GenerationResult(prompt_ids=prompt_ids, output_ids=[], cached_tokens=cached)
+        self._steps = _steps(decoder, self, max_new_tokens, should_stop, cache, acceptor)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        return self
+
+    def __next__(self) -> StepRecord:
+        return next(self._steps)
+
+    def close(self) -> None:
+        self._steps.close()
+
+    def finish(self) -> GenerationResult:
+        """Run to the end; the whole result."""
+        for _ in self._steps:
+            pass
+        return self.result
+
+
+def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache, acceptor) -> Iterator[StepRecord]:
+    lm, spec, result, hooks = dec.lm, dec.speculator, run.result, dec.hooks
+    cached = result.cached_tokens
+    if cache is None:
+        cache = dec.forward.new_cache() if dec.static_shapes else new_cache(lm.model.config)
+    for hook in hooks:
+        hook.before_run(run)
+    clock = dec.clock
+    t_start = time.perf_counter()
+    m_start = clock.mark()
+    context = list(result.prompt_ids)
+    if not (cached and spec.resume(list(context))):  # a kept cache continues what the speculator saw
+        spec.reset(list(context))
+    if len(context) - 1 > cached:
+        rows = spec.prefill_logit_rows
+        logits = dec.forward.prefill(context[cached:-1], cache, rows)
+        spec.observe_prefill(context[:-1], None if rows == 0 else logits)
+    m_prefilled = clock.mark()
+    clock.settle()  # the prefill's queued GPU work belongs to the prefill, not to step 1
+    result.prefill_s = clock.seconds(m_start, m_prefilled)
+    step = 0
+    while True:
+        if should_stop is not None and should_stop():
+            result.stop_reason = "stopped"
+            break
+        prefix_len = cache.get_seq_length()
+        room = dec.max_context - prefix_len
+        if room < 1:
+            result.stop_reason = "context"
+            break
+        t0 = clock.mark()
+        draft = spec.propose(context)
+        t1 = clock.mark()
+        draft = _fit(draft, room)
+        logits = dec.forward.step(draft, cache)
+        path, bonus = acceptor(draft.tree, logits)
+        keep_accepted(cache, prefix_len, path)
+        tree = draft.tree
+        emitted, ended = cut_at_eos([tree.tokens[i] for i in path[1:]] + [bonus], lm.eos_ids)
+        stop = "eos" if ended else None
+        left = max_new_tokens - len(result.output_ids)
+        if len(emitted) >= left:
+            emitted = emitted[:left]
+            stop = stop or "max_new_tokens"
+            if stop == "eos" and emitted[-1] not in lm.eos_ids:
+                stop = "max_new_tokens"
+        if stop is None and prefix_len + len(path) + 1 > dec.max_context:
+            stop = "context"
+        t2 = clock.mark()
+        context.extend(emitted)
+        spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
+        t3 = clock.mark()
+        clock.settle()  # end of step: read the marks once, so no queued work leaks into the next step
+        record = StepRecord(
+            step=step,
+            position=len(result.output_ids),
+            tokens=list(tree.tokens),
+            parents=list(tree.parents),
+            sources=list(tree.sources),
+            accepted=path,
+            emitted=emitted,
+            draft_s=clock.seconds(t0, t1) + clock.seconds(t2, t3),
+            verify_s=clock.seconds(t1, t2),
+            info=dict(draft.info),
+            top=_top(logits[: len(tree)], dec.record_top) if dec.record_top else None,
+            stop=stop,
+        )
+        record.rows = record.info.pop("rows", None)
+        done = StepDone(rows=draft.size, prefix_len=prefix_len, verify_s=record.verify_s, logits=logits, path=path,
+                        emitted=emitted)
+        for hook in hooks:
+            hook.after_step(run, done)
+        result.output_ids.extend(emitted)
+        result.records.append(record)
+        result.draft_s += record.draft_s
+        result.verify_s += record.verify_s
         result.wall_s = time.perf_counter() - t_start
+        step += 1
+        yield record
+        if stop:
+            result.stop_reason = stop
+            break
+    result.wall_s = time.perf_counter() - t_start
 
 
 def _fit(draft: Draft, room: int) -> Draft:

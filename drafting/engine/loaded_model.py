@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -20,7 +21,13 @@ class LoadedModel:
     sliding_window: int | None = None
     weights: str = "float"  # weight format applied at load time (drafting.weights.formats)
     gguf: Path | None = None  # the GGUF file the weights were converted from, if any
-    mode_choice: object = None  # drafting.weights.probe.ModeChoice when --weights auto measured the choice
+    mode_choice: object = None  # drafting.weights.probe.FormatChoice when --weights auto measured the choice
+    # how caches of this model's timings tell its weight format apart (drafting.weights.formats.format_key,
+    # recorded by the loader: mkl adds its few-row split); None: the format's name
+    weights_key: str | None = None
+    # the measured verify cost curves tree budgets read (drafting.machine.verify_cost), supplied by the layer that
+    # knows the machine; None: nothing measured, so ``budget=auto`` speculators draft their whole candidate tree
+    verify_cost: Callable[[], object] | None = field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -30,9 +37,12 @@ class LoadedModel:
 
     @property
     def mode(self) -> str:
-        """dtype and weight format, e.g. ``float32`` or ``bfloat16+int8``."""
-        dt = str(self.dtype).replace("torch.", "")
-        return dt if self.weights == "float" else f"{dt}+{self.weights}"
+        return mode_name(str(self.dtype).replace("torch.", ""), self.weights)
 
     def describe(self) -> str:
         return f"{self.name} on {self.device.type} ({self.mode})"
+
+
+def mode_name(dtype: str, weights: str) -> str:
+    """A mode is a dtype and a weight format, named ``float32`` (float weights) or ``bfloat16+int8``."""
+    return dtype if weights == "float" else f"{dtype}+{weights}"

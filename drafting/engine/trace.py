@@ -148,3 +148,14 @@ def read_trace(path: str | Path) -> Trace:
     if not any(s["records"] for s in sections):
         raise TraceError(f"Trace {str(p)!r} holds no steps.")
     return Trace(header=header, sections=sections, token_text=token_text)
+
+
+def source_counts(records: list[StepRecord]) -> dict[str, dict[str, int]]:
+    """Per source tag: tree nodes offered (root excluded) and accepted."""
+    out: dict[str, dict[str, int]] = {}
+    for r in records:
+        for src in r.sources[1:]:
+            out.setdefault(src, {"offered": 0, "accepted": 0})["offered"] += 1
+        for node in r.accepted[1:]:
+            out[r.sources[node]]["accepted"] += 1
+    return out

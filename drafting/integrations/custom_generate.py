@@ -19,6 +19,14 @@ import sys
 import weakref
 
 import torch
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from drafting.engine.acceptance import make_acceptor
+from drafting.engine.decode import Decoder
+from drafting.engine.sampling import SamplingParams
+from drafting.machine.step_hooks import machine_hooks
+from drafting.models.borrowed import borrowed, wrap_model
+from drafting.speculators import create
 
 # logits processors whose effect the tree sampler reproduces from the generation config
 _WARPERS = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"}
@@ -28,11 +36,6 @@ _WARM: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {sp
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, speculator="goose",
                     **model_kwargs):
     """The decoding loop ``generate(custom_generate=...)`` calls; ``speculator`` is a goose spec string."""
-    from drafting.engine.decode import Decoder
-    from drafting.engine.acceptance import make_acceptor
-    from drafting.engine.sampling import SamplingParams
-    from drafting.models.borrowed import borrowed, wrap_model
-
     streamer = _caller_streamer()
     gc = generation_config
     _check(input_ids, logits_processor, gc, model_kwargs)
@@ -52,8 +55,9 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     n = start
     if max_new > 0:
         with borrowed(model):
-            decoder = Decoder(lm, _speculator(model, speculator, warm=params.greedy), acceptor=make_acceptor(params))
-            steps = decoder.stream(input_ids[0].tolist(), max_new)
+            decoder = Decoder(lm, _speculator(model, speculator, warm=params.greedy), acceptor=make_acceptor(params),
+                              hooks=machine_hooks())
+            steps = decoder.run(input_ids[0].tolist(), max_new)
             try:
                 for record in steps:
                     done = False
@@ -73,8 +77,6 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         streamer.end()
     sequences = seq[:, :n].clone()
     if gc.return_dict_in_generate:
-        from transformers.generation.utils import GenerateDecoderOnlyOutput
-
         return GenerateDecoderOnlyOutput(sequences=sequences)
     return sequences
 
@@ -82,8 +84,6 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
 def _speculator(model, spec: str, warm: bool):
     """A speculator for ``spec``; in greedy runs the same model keeps one per spec, so its learned tables stay
     warm from call to call (greedy output never depends on them)."""
-    from drafting.speculators import create
-
     if not isinstance(spec, str):
         raise ValueError(f"speculator must be a spec string such as 'goose' or 'pld:draft=8', not {spec!r}.")
     if not warm:

@@ -14,20 +14,19 @@ run says once (``take_notices``) that the machine is oversubscribed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
-from drafting.engine.kv_cache import new_cache
 
-from drafting.engine.loaded_model import LoadedModel
-from drafting.disk_cache import cache_dir
-from drafting.engine.tree import Draft, DraftTree
+from drafting.disk_cache import DiskCache
 from drafting.engine.forward import Forward
-from drafting.weights.formats import format_key
+from drafting.engine.kv_cache import new_cache
+from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.tree import Draft, DraftTree
+from drafting.machine.load import LoadMeter
 
 # The points are close where CPU kernels change path: up to 8 rows (torch's own call for the few-row products it
 # does faster, drafting.weights.mkl: a 3-row forward costs far less than halfway between 2 and 4) and between 8
@@ -61,6 +60,7 @@ class CostCurve:
         return self.time(n) / self.seconds[0]
 
 
+SHORT_PREFIX = 256
 LONG_PREFIX = 1536
 
 
@@ -71,7 +71,7 @@ class PrefixCost:
 
     short: CostCurve
     long: CostCurve | None = None
-    short_prefix: int = 256
+    short_prefix: int = SHORT_PREFIX
     long_prefix: int = LONG_PREFIX
 
     def at(self, prefix: int) -> CostCurve:
@@ -82,13 +82,20 @@ class PrefixCost:
         return CostCurve(sizes=list(self.short.sizes), seconds=seconds)
 
 
+def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> PrefixCost:
+    """``curve_at(prefix)`` after ``SHORT_PREFIX`` cached tokens and after a long cache: ``LONG_PREFIX``, or
+    less where the context cannot hold that and the largest tree after it; a context too short for a long
+    cache at least twice the short one keeps the short curve alone."""
+    long_prefix = min(LONG_PREFIX, lm.max_context - max(DEFAULT_SIZES) - 1)
+    short = curve_at(SHORT_PREFIX)
+    if long_prefix < 2 * SHORT_PREFIX:
+        return PrefixCost(short)
+    return PrefixCost(short, curve_at(long_prefix), SHORT_PREFIX, long_prefix)
+
+
 def prefix_cost(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
     """The cached curves at a short and (where the context allows) a long cache length."""
-    long_prefix = min(LONG_PREFIX, lm.max_context - max(DEFAULT_SIZES) - 1)
-    short = cost_curve(lm, refresh=refresh)
-    if long_prefix < 2 * 256:
-        return PrefixCost(short)
-    return PrefixCost(short, cost_curve(lm, prefix=long_prefix, refresh=refresh), 256, long_prefix)
+    return at_two_lengths(lm, lambda prefix: cost_curve(lm, prefix=prefix, refresh=refresh))
 
 
 def _sync(lm: LoadedModel) -> None:
@@ -99,14 +106,27 @@ def _sync(lm: LoadedModel) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _key(lm: LoadedModel, prefix: int) -> str:
-    raw = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
-    if getattr(lm, "weights", "float") != "float":  # float keeps its old key (existing caches stay valid)
-        raw += f"|{format_key(lm.model, lm.weights)}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+def curve_key(lm: LoadedModel, prefix: int) -> str:
+    """What decides a curve: model, device, dtype, thread count, cache length and weight format."""
+    key = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
+    weights = getattr(lm, "weights", "float")
+    if weights != "float":  # float keeps the key of curves cached before weight formats existed
+        key += f"|{getattr(lm, 'weights_key', None) or weights}"
+    return key
 
 
-def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: int = 3,
+def _parse_curve(doc: dict, key: str) -> CostCurve | None:
+    """A stored curve, if it has today's sizes (an older goose's powers of two are measured again)."""
+    curve = CostCurve(sizes=[int(n) for n in doc["sizes"]], seconds=[float(s) for s in doc["seconds"]])
+    ok = tuple(curve.sizes) == DEFAULT_SIZES and len(curve.seconds) == len(curve.sizes)
+    return curve if ok else None
+
+
+# a curve measured while other processes held the cores is used by its run but not kept
+CURVES = DiskCache("cost", parse=_parse_curve)
+
+
+def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = SHORT_PREFIX, repeats: int = 3,
             limit_s: float | None = None) -> CostCurve:
     """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask).
     With ``limit_s``, a first size slower than that ends the measurement there (the curve keeps one point)."""
@@ -141,28 +161,19 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = 256, repeats: in
     return CostCurve(sizes=list(sizes)[: len(seconds)], seconds=seconds)
 
 
-def cost_curve(lm: LoadedModel, prefix: int = 256, refresh: bool = False) -> CostCurve:
+def cost_curve(lm: LoadedModel, prefix: int = SHORT_PREFIX, refresh: bool = False) -> CostCurve:
     """The cached curve for this model, device, dtype, weight format and thread count; measured when missing
     (and stored, unless other processes held the cores meanwhile)."""
-    from drafting.machine.load import LoadMeter
-
-    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
-    if path.exists() and not refresh:
-        try:
-            cached = CostCurve(**json.loads(path.read_text()))
-            if tuple(cached.sizes) == DEFAULT_SIZES:  # a curve of other sizes (an older goose) is measured again
-                return cached
-        except (ValueError, TypeError):
-            pass
+    cached = None if refresh else CURVES.read(curve_key(lm, prefix))
+    if cached is not None:
+        return cached
     with LoadMeter() as meter:
         curve = measure(lm, prefix=prefix)
-    if meter.load is None or not meter.load.busy:
-        store_curve(lm, prefix, curve)
+    store_curve(lm, prefix, curve, busy=meter.load is not None and meter.load.busy)
     return curve
 
 
-def store_curve(lm: LoadedModel, prefix: int, curve: CostCurve) -> None:
-    """Make ``curve`` the cached one for this model and mode (what later tree budgets read)."""
-    path = cache_dir() / "cost" / f"{_key(lm, prefix)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(curve)))
+def store_curve(lm: LoadedModel, prefix: int, curve: CostCurve, busy: bool = False) -> None:
+    """Make ``curve`` the cached one for this model and mode (what later tree budgets read), unless it was
+    measured on a busy machine."""
+    CURVES.write(curve_key(lm, prefix), asdict(curve), busy=busy)

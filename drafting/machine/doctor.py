@@ -19,13 +19,16 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from drafting.engine.forward import Forward
+from drafting.engine.kv_cache import new_cache
+from drafting.engine.loaded_model import mode_name
+from drafting.errors import ModelError, WeightsError
 from drafting.machine.cost_curve import DEFAULT_SIZES, measure, store_curve
 from drafting.machine.load import LoadMeter, calibrate
 from drafting.models.loader import DTYPES, load_model, resolve_device, resolve_dtype
-from drafting.errors import ModelError
-from drafting.engine.forward import Forward
-from drafting.weights.formats import FORMATS, check_format
-from drafting.errors import WeightsError
+from drafting.weights.float import FLOAT
+from drafting.weights.formats import AUTO, SAME_NUMBERS, WEIGHT_FORMATS, one_of, weight_format
+from drafting.weights.probe import TREE_ROWS, FormatChoice, decide, fingerprint, timed_formats
 
 DEFAULT_PREFIX = 256
 QUICK_SIZES = (1, 4, 16)  # the doctor's default: a plain step, a small and a typical tree
@@ -35,12 +38,14 @@ SLOWDOWN = 2.0  # a calibration this many times slower than the first one: the m
 
 @dataclass
 class Mode:
+    """A dtype and a weight format: what one row of the doctor's table loads and times."""
+
     dtype: str
-    weights: str = "float"
+    weights: str = FLOAT.name
 
     @property
     def label(self) -> str:
-        return self.dtype if self.weights == "float" else f"{self.dtype}+{self.weights}"
+        return mode_name(self.dtype, self.weights)
 
 
 @dataclass
@@ -71,17 +76,10 @@ def dtype_names(device: torch.device) -> list[str]:
 
 
 def available_modes(device: torch.device) -> list[Mode]:
-    modes = []
-    for dt in dtype_names(device):
-        for w in FORMATS:
-            if w == "auto":  # a choice among the others, not a mode of its own
-                continue
-            try:
-                check_format(w, device, DTYPES[dt])
-            except WeightsError:
-                continue
-            modes.append(Mode(dt, w))
-    return modes
+    """Every dtype with every weight format that runs in it on ``device`` (``auto`` is a choice among those, not
+    a mode of its own)."""
+    return [Mode(dt, name) for dt in dtype_names(device) for name, fmt in WEIGHT_FORMATS.items()
+            if fmt.available(device, DTYPES[dt])]
 
 
 def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
@@ -91,13 +89,13 @@ def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
     out = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         dt, _, w = part.partition("+")
-        w = w or "float"
-        if w == "auto":
-            raise ModelError(f"Mode {part!r}: name a concrete weight format ({', '.join(f for f in FORMATS if f != 'auto')}).")
+        w = w or FLOAT.name
+        if w == AUTO:
+            raise ModelError(f"Mode {part!r}: name a concrete weight format ({', '.join(WEIGHT_FORMATS)}).")
         if dt not in DTYPES:
             raise ModelError(f"Unknown dtype {dt!r} in mode {part!r}; use float32, bfloat16 or float16.")
         try:
-            check_format(w, device, DTYPES[dt])
+            weight_format(w).check(device, DTYPES[dt])
         except WeightsError as exc:
             raise ModelError(f"Mode {part!r} cannot run here: {exc}") from None
         out.append(Mode(dt, w))
@@ -113,26 +111,27 @@ def auto_choice(device: str) -> tuple[str, str]:
     if dev.type == "cuda":
         return dt, "on CUDA auto picks bfloat16: tensor cores make it much faster than float32; outputs are identical to `ar` up to near-ties."
     return dt, ("on CPU auto picks float32, the exact-reference mode whose tree verification matches plain decoding "
-                "token for token; --weights auto then takes the fastest of float / onednn / dual / mkl measured here.")
+                f"token for token; --weights auto then takes the fastest of {one_of(SAME_NUMBERS)} measured here.")
 
 
-def weights_choices(profiles: list["ModeProfile"]):
-    """``--weights auto``'s choice per dtype from this table (drafting.weights.probe.decide over the float and
-    onednn (and mkl) rows, one row and the largest size up to the probe's tree size), as ModeChoice objects."""
-    from drafting.weights.probe import CANDIDATES, TREE_ONLY, TREE_ROWS, ModeChoice, decide
-
+def format_choices(profiles: list["ModeProfile"]):
+    """``--weights auto``'s choice per dtype from this table: drafting.weights.probe.decide over the rows of the
+    formats the probe times, at one row and the largest size up to the probe's tree size, as (fingerprint,
+    FormatChoice). A dtype lacks one where a format that runs one-row steps its own way was not fully timed."""
+    timed = timed_formats()
+    needed = [w for w in timed if not WEIGHT_FORMATS[w].trees_only]
     out = []
     for dt in dict.fromkeys(p.dtype for p in profiles):
-        rows = {p.weights: p for p in profiles if p.dtype == dt and p.weights in CANDIDATES + TREE_ONLY
+        rows = {p.weights: p for p in profiles if p.dtype == dt and p.weights in timed
                 and p.error is None and p.gave_up is None and p.seconds}
-        if not all(w in rows for w in CANDIDATES):
+        if not all(w in rows for w in needed):
             continue
-        sizes = [n for n in rows["float"].sizes if all(n in p.sizes for p in rows.values()) and n <= TREE_ROWS]
+        sizes = [n for n in rows[FLOAT.name].sizes if all(n in p.sizes for p in rows.values()) and n <= TREE_ROWS]
         at = [1, sizes[-1]] if sizes and sizes[-1] > 1 else [1]
         seconds = {w: [p.seconds[p.sizes.index(n)] for n in at] for w, p in rows.items()}
         busy = next((p.busy for p in rows.values() if p.busy), None)
-        out.append((rows["float"].fingerprint, ModeChoice(dtype=dt, weights=decide(seconds), rows=at,
-                                                          seconds=seconds, busy=busy, source="goose doctor")))
+        out.append((rows[FLOAT.name].fingerprint, FormatChoice(dtype=dt, weights=decide(seconds), rows=at,
+                                                               seconds=seconds, busy=busy, source="goose doctor")))
     return out
 
 
@@ -146,9 +145,7 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
         t0 = time.perf_counter()
         lm = loader(model, device=device, dtype=mode.dtype, weights=mode.weights)
         out.load_s = time.perf_counter() - t0
-        if mode.weights == "float":
-            from drafting.weights.probe import fingerprint
-
+        if mode.weights == FLOAT.name:
             out.fingerprint = fingerprint(lm.model, lm.name, lm.device, lm.dtype)
         with LoadMeter() as meter:
             curve = measure(lm, sizes=tuple(sizes), prefix=prefix, repeats=repeats, limit_s=limit_s)
@@ -173,8 +170,6 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
 
 def _prefill_speed(lm, n: int) -> float:
     """Tokens per second of a causal prefill of ``n`` tokens (second run; the first warms up)."""
-    from drafting.engine.kv_cache import new_cache
-
     ids = [100 + (i * 7919) % max(1, min(lm.vocab_size, 32000) - 100) for i in range(n)]
     fwd = Forward(lm.model, lm.dtype, lm.device)
     best = float("inf")

@@ -8,11 +8,11 @@ import platform
 
 import torch
 
+from drafting.machine.openmp import USER_KNOBS
+
 
 def machine_identity() -> dict:
     """What decides which kernel is fastest, the model aside: CPU, cores, torch, threads, OpenMP settings."""
-    from drafting.machine.openmp import USER_KNOBS
-
     cpu, flags = _cpu_identity()
     return {
         "machine": platform.machine(),

@@ -1,14 +1,11 @@
-"""OpenMP behaviour that decides how goose shares the CPU: start-up wait settings, and handing back a thread's
-idle OpenMP workers so that torch running on another thread keeps its full speed.
+"""OpenMP behaviour that decides how goose shares the CPU: whether the user chose the OpenMP wait or thread
+settings (then goose changes neither), and handing back a thread's idle OpenMP workers so that torch running on
+another thread keeps its full speed.
 
-Start-up settings (``apply_startup_settings``): GNU OpenMP workers spin between parallel regions before they
-sleep. With no setting they spin long, which is fastest alone but collapses when another CPU-heavy process
-shares the cores (spinning workers hold the cores the other process's workers wait for); ``OMP_WAIT_POLICY=
-PASSIVE`` (sleep at once) shares well but is slow alone. A bounded spin (``GOMP_SPINCOUNT``) sits between the
-two. The runtime reads these variables once, when torch loads it, so they are set before torch is imported and
-never when the user set any of them. ``STARTUP_SETTINGS`` is the one place the default lives;
-``scripts/omp_policy.py`` measures the candidates (alone and beside a twin) to choose it. ``GOOSE_OPENMP=keep``
-leaves the runtime's own defaults.
+goose sets no OpenMP start-up variables: none measured better than the runtime's defaults alone and beside a
+twin (``scripts/omp_policy.py`` measures candidates; docs/speed.md has the run), so it shares the cores by giving
+threads up while other processes hold them (drafting.machine.thread_share). ``GOOSE_OPENMP=keep`` opts out of
+that too.
 
 Each thread that runs torch ops on the CPU gets its own team of OpenMP worker threads, kept after use. Once
 the threads kept by all teams outnumber the cores, GNU OpenMP stops spin-waiting between parallel regions and
@@ -27,52 +24,23 @@ from functools import lru_cache
 RUNTIMES = ("libgomp", "libiomp", "libomp")  # GNU, Intel and LLVM OpenMP runtimes
 SOFT_PAUSE = 1  # omp_pause_soft: let the threads go, keep the settings
 
-# The default start-up setting, chosen with scripts/omp_policy.py (docs/speed.md has the run): no bounded spin
-# kept the speed alone and shared the cores better than the runtime's default, so goose sets none and shares
-# the cores by giving threads up while other processes hold them (drafting.machine.thread_share).
-STARTUP_SETTINGS: dict[str, str] = {}
 # Variables that shape how OpenMP workers wait or how many there are: if the user set any, goose sets none.
 USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")
 OPT_OUT = "GOOSE_OPENMP"  # "keep": leave the OpenMP runtime's own defaults
 
 
 def user_chose(environ=None) -> bool:
-    """Whether the user set a wait or thread knob themselves (goose's own start-up settings do not count), or
-    opted out with ``GOOSE_OPENMP=keep``: then goose changes neither the settings nor the thread count."""
+    """Whether the user set a wait or thread knob themselves, or opted out with ``GOOSE_OPENMP=keep``: then goose
+    changes neither the settings nor the thread count."""
     env = os.environ if environ is None else environ
-    ours = _APPLIED if environ is None else {}
-    return env.get(OPT_OUT, "").strip().lower() == "keep" or any(k in env and ours.get(k) != env[k] for k in USER_KNOBS)
-
-
-def startup_settings(environ=None) -> dict[str, str]:
-    """The variables goose would set now: none if the user set a wait or thread knob, or opted out."""
-    return {} if user_chose(environ) else dict(STARTUP_SETTINGS)
-
-
-def apply_startup_settings(environ=None) -> dict[str, str]:
-    """Set the start-up OpenMP variables, only while torch is not imported yet (the runtime reads them when
-    torch loads it); returns what was set."""
-    if "torch" in sys.modules:
-        return {}
-    env = os.environ if environ is None else environ
-    chosen = startup_settings(env)
-    env.update(chosen)
-    if environ is None:
-        _APPLIED.update(chosen)
-    return chosen
-
-
-_APPLIED: dict[str, str] = {}  # what this process set at start-up
+    return env.get(OPT_OUT, "").strip().lower() == "keep" or any(k in env for k in USER_KNOBS)
 
 
 def describe_settings(environ=None) -> str:
-    """One line for reports: the OpenMP wait settings this process runs with, and who set them."""
+    """One line for reports: the OpenMP wait settings this process runs with."""
     env = os.environ if environ is None else environ
     knobs = [f"{k}={env[k]}" for k in USER_KNOBS if k in env]
-    if not knobs:
-        return "OpenMP runtime defaults"
-    ours = bool(_APPLIED) and environ is None and all(env.get(k) == v for k, v in _APPLIED.items())
-    return " ".join(knobs) + (" (goose's default)" if ours else " (set by the user)")
+    return " ".join(knobs) + " (set by the user)" if knobs else "OpenMP runtime defaults"
 
 
 @lru_cache(maxsize=1)

@@ -11,12 +11,12 @@ finds the machine oversubscribed, ``busy`` says why, and a speedup shown then wo
 from __future__ import annotations
 
 from drafting.engine.loaded_model import LoadedModel
+from drafting.machine.cost_curve import at_two_lengths, measure
+from drafting.machine.curve_watch import CurveWatch, listen, watch_of
 
 
 class PlainBaseline:
     def __init__(self, lm: LoadedModel):
-        from drafting.machine.curve_watch import CurveWatch, listen, watch_of
-
         self.lm = lm
         shared = watch_of(lm.model)
         if shared is not None:
@@ -26,13 +26,7 @@ class PlainBaseline:
         self.cost = self.watch.cost
 
     def _one_row_cost(self):
-        from drafting.machine.cost_curve import LONG_PREFIX, DEFAULT_SIZES, PrefixCost, measure
-
-        short = measure(self.lm, sizes=(1,), prefix=256)
-        long_prefix = min(LONG_PREFIX, self.lm.max_context - max(DEFAULT_SIZES) - 1)
-        if long_prefix < 2 * 256:
-            return PrefixCost(short)
-        return PrefixCost(short, measure(self.lm, sizes=(1,), prefix=long_prefix), 256, long_prefix)
+        return at_two_lengths(self.lm, lambda prefix: measure(self.lm, sizes=(1,), prefix=prefix))
 
     def step_s(self, prefix: int | None = None) -> float:
         """Seconds per plain decoding token after ``prefix`` cached tokens (default: the cache length of the

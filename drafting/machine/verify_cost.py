@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from drafting.engine.loaded_model import LoadedModel
+from drafting.machine.cost_curve import CostCurve, PrefixCost, prefix_cost
+from drafting.machine.curve_watch import watch, watch_of
+
 
 def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
     """A verify cost curve measured on a busy machine can hold spikes; more rows never cost less (beyond
@@ -15,8 +19,6 @@ def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
 def monotone(curve):
     """The curve with each point lowered to the cheapest larger size and capped at proportional growth
     (removes upward spikes)."""
-    from drafting.machine.cost_curve import CostCurve
-
     t, n = list(curve.seconds), curve.sizes
     for i in range(1, len(t)):
         t[i] = min(t[i], t[i - 1] * n[i] / n[i - 1])
@@ -29,9 +31,6 @@ def sane_curve(lm):
     """The model's cached verify cost curves (``drafting.machine.cost_curve.PrefixCost``), measured again if they look
     taken on a busy machine, then made monotone; one object per model, shared by every speculator with an
     ``auto`` budget and kept true to the run's own steps by drafting.machine.curve_watch."""
-    from drafting.machine.cost_curve import PrefixCost, prefix_cost
-    from drafting.machine.curve_watch import watch, watch_of
-
     have = watch_of(lm.model)
     if have is not None:
         return have.cost
@@ -46,3 +45,9 @@ def sane_curve(lm):
     result = build()
     watch(lm.model, result, lambda: build(refresh=True))
     return result
+
+
+def with_verify_cost(lm: LoadedModel) -> LoadedModel:
+    """``lm`` with its ``verify_cost`` supplied by ``sane_curve`` (measured, or read from the cache, at first use)."""
+    lm.verify_cost = lambda: sane_curve(lm)
+    return lm

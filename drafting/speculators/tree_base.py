@@ -27,7 +27,6 @@ from drafting.speculators.candidates import Candidates
 __all__ = ["Candidates", "TreeSpeculator", "score_bucket", "route_of", "budget_field", "bigram_field",
            "harvest_field", "harvest_window_field", "min_score_field", "cache_field"]
 
-_CURVES: dict = {}  # per loaded model in this process: checked (and if need be re-measured) once
 _SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 SHARED_SETTINGS = ("budget", "bigram", "harvest", "harvest_window", "cache")  # what TreeSpeculator itself reads
 
@@ -130,14 +129,8 @@ class TreeSpeculator(Speculator):
         return self.settings.budget == "auto"
 
     def bind(self, lm) -> None:
-        if self.auto and self.curve is None:
-            from drafting.machine.verify_cost import sane_curve
-
-            key = (id(lm.model), str(lm.device), str(lm.dtype))
-            curve = _CURVES.get(key)
-            if curve is None:  # checked (and re-measured if spoilt by a busy machine) once per process
-                curve = _CURVES[key] = sane_curve(lm)
-            self.curve = curve
+        if self.auto and self.curve is None and lm.verify_cost is not None:
+            self.curve = lm.verify_cost()
 
     def reset(self, context: list[int]) -> None:
         self.save_cache()

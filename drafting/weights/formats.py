@@ -1,11 +1,8 @@
-"""Weight formats applied at load time: ``float`` (as loaded, torch's default kernels), ``onednn`` (the same
-weights packed for oneDNN, see drafting.weights.onednn), ``dual`` (both: torch's kernel for one-row steps,
-oneDNN's for tree steps and prefill), ``mkl`` (float32: torch's kernel for one-row steps, MKL's product over a
-weight packed once for more rows, see drafting.weights.mkl), ``int8`` (weight-only int8 layers, bfloat16 between
-them), or ``auto``: on a CPU whose torch has oneDNN, in float32 or bfloat16, the fastest of float / onednn / dual
-/ mkl as measured on this machine by drafting.weights.probe (cached per machine); elsewhere ``float``. All four
-compute the same numbers up to float rounding, so auto never trades exactness for speed; int8 (different
-weights) is only used when asked.
+"""The weight formats applied at load time, listed once (each declared in its own file: drafting.weights.float,
+onednn, dual, mkl, int8), and ``auto``: on a CPU whose torch has oneDNN, in float32 or bfloat16, the fastest of
+the formats that compute the same numbers as float, measured on this machine by drafting.weights.probe (cached
+per machine); elsewhere ``float``. Those formats compute the same numbers up to float rounding, so auto never
+trades exactness for speed; a format with other weights (int8) is only used when asked.
 
 ``int8`` replaces every ``nn.Linear`` with a weight-only int8 layer (drafting.weights.int8): int8 weights, one
 scale per output channel, bfloat16 activations. It is applied inside ``load_model`` so plain decoding and every
@@ -24,73 +21,78 @@ from __future__ import annotations
 
 import torch
 
-from drafting.weights import int8 as int8_linear, mkl as mkl_linear, onednn as onednn_linear
 from drafting.errors import WeightsError
+from drafting.weights.dual import DUAL
+from drafting.weights.float import FLOAT
+from drafting.weights.int8 import INT8
+from drafting.weights.mkl import MKL
+from drafting.weights.onednn import ONEDNN, available as onednn_available
+from drafting.weights.weight_format import WeightFormat
 
-FORMATS = ("auto", "float", "onednn", "dual", "mkl", "int8")
-SAME_NUMBERS = ("float", "onednn", "dual", "mkl")  # the formats auto chooses among (float weights, kernels differ)
+WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (FLOAT, ONEDNN, DUAL, MKL, INT8)}
+AUTO = "auto"  # not a format: the measured choice among those that compute float's numbers
+SAME_NUMBERS = tuple(name for name, f in WEIGHT_FORMATS.items() if f.same_numbers)
+CHOICES = (AUTO, *WEIGHT_FORMATS)  # what --weights takes
+PROBE_DTYPES = (torch.float32, torch.bfloat16)  # where auto measures a choice (on a CPU with oneDNN)
 
 
-def resolve_format(weights: str, device: torch.device, dtype: torch.dtype) -> str:
+def weight_format(name: str) -> WeightFormat:
+    """The concrete format called ``name``; ``WeightsError`` (one sentence) for any other name."""
+    if name not in WEIGHT_FORMATS:
+        raise WeightsError(f"Unknown weight format {name!r}; use {', '.join(CHOICES[:-1])} or {CHOICES[-1]}.")
+    return WEIGHT_FORMATS[name]
+
+
+def one_of(names) -> str:
+    """``a / b / c``: how the help texts list formats."""
+    return " / ".join(names)
+
+
+def weights_help() -> str:
+    """The ``--weights`` option's help: auto, then every format with its few words."""
+    dtypes = " or ".join(str(dt).replace("torch.", "") for dt in PROBE_DTYPES)
+    auto = (f"on CPU, in {dtypes}, the fastest of {one_of(SAME_NUMBERS)} timed on this machine once and "
+            f"cached; else {FLOAT.name}")
+    items = [f"{AUTO} ({auto})"] + [f"{f.name} ({f.help})" for f in WEIGHT_FORMATS.values()]
+    return f"Weight format: {', '.join(items[:-1])} or {items[-1]}."
+
+
+def resolve_format(name: str, device: torch.device, dtype: torch.dtype) -> str:
     """``auto`` -> ``auto`` where a measured choice is possible (a CPU with oneDNN, float32 or bfloat16: the
     loader then runs drafting.weights.probe), else ``float``; anything else is checked and returned."""
-    if weights == "auto":
-        return "auto" if probe_possible(device, dtype) else "float"
-    check_format(weights, device, dtype)
-    return weights
+    if name == AUTO:
+        return AUTO if probe_possible(device, dtype) else FLOAT.name
+    check_format(name, device, dtype)
+    return name
 
 
 def probe_possible(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_linear.available()
+    return device.type == "cpu" and dtype in PROBE_DTYPES and onednn_available()
 
 
-def check_format(weights: str, device: torch.device, dtype: torch.dtype) -> None:
-    if weights not in FORMATS:
-        raise WeightsError(f"Unknown weight format {weights!r}; use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
-    if weights in ("onednn", "dual"):
-        if device.type != "cpu":
-            raise WeightsError(f"--weights {weights} packs weights for oneDNN's CPU kernels; use it with --device cpu.")
-        if not onednn_linear.available():
-            raise WeightsError(f"This torch build has no oneDNN, so --weights {weights} cannot run here.")
-    if weights == "mkl":
-        if device.type != "cpu" or dtype != torch.float32:
-            raise WeightsError("--weights mkl packs float32 weights for MKL's CPU product; use it with --device cpu --dtype float32.")
-        if not mkl_linear.available():
-            raise WeightsError("This torch build has no MKL packed product that works here, so --weights mkl cannot run.")
-    if weights == "int8":
-        if device.type != "cpu":
-            raise WeightsError("--weights int8 uses torch's CPU int8 kernels; use it with --device cpu.")
-        if dtype != torch.bfloat16:
-            raise WeightsError("--weights int8 computes in bfloat16 between its int8 weights; use it with --dtype bfloat16 (or auto).")
-        if not int8_linear.available():
-            raise WeightsError("This torch build has no weight-only int8 CPU kernel, so --weights int8 cannot run here.")
+def check_format(name: str, device: torch.device, dtype: torch.dtype) -> None:
+    """``WeightsError`` (one sentence) unless ``name`` is ``auto`` or a format that runs on ``device`` in ``dtype``."""
+    if name != AUTO:
+        weight_format(name).check(device, dtype)
 
 
-def apply_weights(net: torch.nn.Module, weights: str) -> torch.nn.Module:
-    """Return ``net`` with a concrete weight format applied (``float`` returns it unchanged; ``auto`` is
-    drafting.weights.probe's measured choice, made once the model is complete)."""
-    if weights == "float":
-        return net
-    replace_linear_layers(net, layer_class(weights))
-    if weights == "mkl":
-        mkl_linear.cached_split(net)  # which few-row products torch's own call still does faster here
+def apply_format(net: torch.nn.Module, name: str) -> torch.nn.Module:
+    """Return ``net`` with the concrete weight format ``name`` applied (``float`` returns it unchanged; ``auto``
+    is drafting.weights.probe's measured choice, made once the model is complete)."""
+    if name not in WEIGHT_FORMATS:
+        raise WeightsError(f"apply_format needs a concrete weight format, not {name!r}.")
+    fmt = WEIGHT_FORMATS[name]
+    if fmt.layer is not None:
+        replace_linear_layers(net, fmt.layer)
+    if fmt.prepare is not None:
+        fmt.prepare(net)
     return net
 
 
-def format_key(net: torch.nn.Module, weights: str) -> str:
-    """The format as caches of its timings tell it apart: its name, and for ``mkl`` the few-row products it
-    leaves to torch's call (another split is another speed)."""
-    split = mkl_linear.row_split_of(net) if weights == "mkl" else None
-    return f"{weights}|torch {split}" if split else weights
-
-
-def layer_class(weights: str):
-    """The layer that replaces ``nn.Linear`` in a concrete non-float format."""
-    layer = {"onednn": onednn_linear.OneDNNLinear, "dual": onednn_linear.RowDispatchLinear,
-             "mkl": mkl_linear.MKLPackedLinear, "int8": int8_linear.Int8WeightLinear}.get(weights)
-    if layer is None:
-        raise WeightsError(f"apply_weights needs a concrete weight format, not {weights!r}.")
-    return layer
+def format_key(net: torch.nn.Module, name: str) -> str:
+    """The format as caches of its timings tell it apart: its name, and what it adds for ``net`` (``mkl``: the
+    few-row products it leaves to torch's call, since another split is another speed)."""
+    return weight_format(name).key(net)
 
 
 def replace_linear_layers(net: torch.nn.Module, layer) -> torch.nn.Module:

@@ -1,4 +1,4 @@
-"""Weight-only int8 Linear layers: int8 weights with one scale per output channel, bfloat16 activations.
+"""``int8``: weight-only int8 Linear layers: int8 weights with one scale per output channel, bfloat16 activations.
 
 Decoding a small model on a CPU is bound by reading the weights: a one-token step reads every weight once.
 Stored as int8 they are half the bytes of bfloat16, and torch's CPU kernel for this layout
@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from drafting.weights.base import LinearStandIn
+from drafting.weights.weight_format import WeightFormat
 
 DENSE_ROWS = 128
 
@@ -54,3 +55,19 @@ def available() -> bool:
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
     return True
+
+
+def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    if device.type != "cpu":
+        return "--weights int8 uses torch's CPU int8 kernels; use it with --device cpu."
+    if dtype != torch.bfloat16:
+        return "--weights int8 computes in bfloat16 between its int8 weights; use it with --dtype bfloat16 (or auto)."
+    if not available():
+        return "This torch build has no weight-only int8 CPU kernel, so --weights int8 cannot run here."
+    return None
+
+
+# different weights (rounded to int8), so never chosen by --weights auto; bfloat16 between its layers
+INT8 = WeightFormat(name="int8", help="weight-only int8 linear layers, CPU, bfloat16, which --dtype auto then picks; "
+                    "identical to ar up to near-ties; never chosen by auto", same_numbers=False,
+                    layer=Int8WeightLinear, refusal=refusal, auto_dtype=torch.bfloat16)

@@ -1,4 +1,4 @@
-"""A float32 Linear whose tree steps run MKL's packed matrix product (weight packed once), one-row steps torch's own.
+"""``mkl``: float32 Linear layers whose tree steps run MKL's packed product (weight packed once), one-row steps torch's.
 
 torch's default float32 Linear calls MKL's sgemm, which packs the weight into its blocked layout on every call:
 for the few rows of a tree step that repacking is a large share of the cost. MKL can pack a weight once
@@ -19,14 +19,17 @@ count it serves before the format is offered. Figures: docs/measurements.md.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import statistics
 import time
 
 import torch
 
+from drafting.disk_cache import DiskCache
+from drafting.machine.identity import machine_identity
+from drafting.machine.load import LoadMeter
 from drafting.weights.base import LinearStandIn
+from drafting.weights.float import FLOAT
+from drafting.weights.weight_format import WeightFormat
 
 PACKED_ROWS = 16  # the row count handed to the packing call; the check covers the others
 # Above this many rows (prefill, very wide trees) torch's own call is as fast or faster: its repacking is then a
@@ -113,31 +116,29 @@ def _split_of(layers: list[MKLPackedLinear], rounds: int, gen: torch.Generator) 
     return split
 
 
+def _parse_split(doc: dict, key: dict) -> dict[tuple[int, int], int] | None:
+    """A stored split ({"576x1536": 8, ...}) as {(out, in): rows}, if it covers exactly the key's shapes."""
+    found = {tuple(map(int, k.split("x"))): int(n) for k, n in doc.items()}
+    return found if set(found) == set(map(tuple, key["shapes"])) else None
+
+
+# a split measured while other processes held the cores is used but not kept
+SPLIT_CACHE = DiskCache("mkl-split", parse=_parse_split)
+
+
 def cached_split(net: torch.nn.Module) -> dict[tuple[int, int], int]:
     """``split_rows`` measured once per machine and set of weight shapes (cached under the goose cache folder;
     a measurement taken while other processes held the cores is used but not kept)."""
-    from drafting.machine.load import LoadMeter
-    from drafting.machine.identity import machine_identity
-    from drafting.disk_cache import cache_dir
-
     groups = _by_shape(net)
-    key = json.dumps({"machine": machine_identity(), "shapes": sorted(groups), "tried": SPLIT_TRIED}, sort_keys=True)
-    path = cache_dir() / "mkl-split" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-    try:
-        found = {tuple(map(int, k.split("x"))): int(n) for k, n in json.loads(path.read_text()).items()}
-        if set(found) == set(groups):
-            _apply(groups, found)
-            return found
-    except (OSError, ValueError, TypeError, AttributeError):
-        pass
+    key = {"machine": machine_identity(), "shapes": sorted(groups), "tried": SPLIT_TRIED}
+    found = SPLIT_CACHE.read(key)
+    if found is not None:
+        _apply(groups, found)
+        return found
     with LoadMeter() as meter:
         splits = split_rows(net)
-    if meter.load is None or not meter.load.busy:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({f"{o}x{i}": n for (o, i), n in splits.items()}))
-        except OSError:
-            pass  # the cache saves a second of the next load; never fail a load over it
+    SPLIT_CACHE.write(key, {f"{o}x{i}": n for (o, i), n in splits.items()},
+                      busy=meter.load is not None and meter.load.busy)
     return splits
 
 
@@ -172,3 +173,21 @@ def works_here() -> bool:
     except (RuntimeError, AttributeError, ValueError):
         return False
     return True
+
+
+def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    if device.type != "cpu" or dtype != torch.float32:
+        return "--weights mkl packs float32 weights for MKL's CPU product; use it with --device cpu --dtype float32."
+    if not available():
+        return "This torch build has no MKL packed product that works here, so --weights mkl cannot run."
+    return None
+
+
+def _split_key(net: torch.nn.Module) -> str | None:
+    split = row_split_of(net)
+    return f"torch {split}" if split else None  # another split is another speed
+
+
+MKL = WeightFormat(name="mkl", help="float32: torch's kernel for one-row steps, MKL's product over weights packed once "
+                   "for more rows, as exact", same_numbers=True, layer=MKLPackedLinear, refusal=refusal,
+                   one_row_as=FLOAT.name, prepare=cached_split, key_part=_split_key)

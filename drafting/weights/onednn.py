@@ -1,4 +1,4 @@
-"""A Linear layer whose weight is pre-packed for oneDNN's CPU matmul (same float weights, faster kernel).
+"""``onednn``: Linear layers whose weight is pre-packed for oneDNN's CPU matmul (same float weights, faster kernel).
 
 torch's default float32 Linear (MKL) is fast for one row but falls off its matrix-vector path from two rows on,
 so a tree step costs much more than a one-token step. Here the weight is reordered once into oneDNN's matmul
@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from drafting.weights.base import LinearStandIn
+from drafting.weights.weight_format import WeightFormat
 
 
 class OneDNNLinear(LinearStandIn):
@@ -31,22 +32,22 @@ class OneDNNLinear(LinearStandIn):
         return y.reshape(*shape[:-1], self.out_features)
 
 
-class RowDispatchLinear(OneDNNLinear):
-    """Holds the plain weight beside the packed one: a one-row input (a plain decoding step) takes torch's own
-    kernel, more rows (tree steps, prefill) take oneDNN's. On CPUs where oneDNN loses for one row but wins from a
-    few rows up, both kinds of step get the faster kernel. Float32 only is offered as exact (see
-    drafting.weights.formats): both kernels compute each row to float rounding, so a tree row matches the same row of a
-    one-row step as closely as with either kernel alone. The price is a second copy of the weights in memory."""
-
-    def __init__(self, linear: torch.nn.Linear):
-        super().__init__(linear)
-        self.register_buffer("weight", linear.weight.detach(), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() == self.in_features:
-            return torch.nn.functional.linear(x, self.weight, self.bias)
-        return super().forward(x)
-
-
 def available() -> bool:
     return torch.backends.mkldnn.is_available()
+
+
+def packing_refusal(name: str):
+    """Why ``--weights name``, a format of oneDNN-packed weights, cannot run on (device, dtype); None where it can."""
+
+    def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+        if device.type != "cpu":
+            return f"--weights {name} packs weights for oneDNN's CPU kernels; use it with --device cpu."
+        if not available():
+            return f"This torch build has no oneDNN, so --weights {name} cannot run here."
+        return None
+
+    return refusal
+
+
+ONEDNN = WeightFormat(name="onednn", help="the same float weights packed for oneDNN, as exact", same_numbers=True,
+                      layer=OneDNNLinear, refusal=packing_refusal("onednn"))

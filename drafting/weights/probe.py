@@ -2,11 +2,11 @@
 
 Which kernel is fastest depends on the CPU: oneDNN's packed matmul won every size on the CPU it was first tuned
 on and loses one-row steps on others of the same family. So with ``auto`` the loaded model is timed in each
-format that computes the same numbers (``float``, ``onednn`` and, in float32, ``mkl``; see drafting.weights.formats)
-for a few forwards at one row (a plain decoding step) and at ``TREE_ROWS`` rows (a typical tree step). The
-format of plain decoding is the one fastest at one row, never another; where another kernel is faster for
-trees, ``dual`` (oneDNN's) or ``mkl`` (MKL's packed product) gives tree steps that kernel while one-row steps
-keep torch's.
+format that computes the same numbers and runs its own tree kernel (drafting.weights.formats lists them:
+``float``, ``onednn`` and, in float32, ``mkl``) for a few forwards at one row (a plain decoding step) and at
+``TREE_ROWS`` rows (a typical tree step). The format of plain decoding is the one fastest at one row, never
+another; where another kernel is faster for trees, the format that pairs torch's one-row kernel with it
+(``dual`` for oneDNN's, ``mkl`` for MKL's packed product) gives tree steps that kernel.
 
 The result is cached under the goose cache folder, keyed by a fingerprint of everything that decides it: CPU
 model and flags, core count, torch version, thread count, OpenMP settings, the model and its dtype. Any change
@@ -17,14 +17,17 @@ burst of runs on a busy machine does not probe every time), and never replaces a
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import platform
-import time
 from dataclasses import asdict, dataclass, field
 
 import torch
+
+from drafting.disk_cache import DiskCache
+from drafting.engine.loaded_model import LoadedModel
+from drafting.machine.cost_curve import measure
 from drafting.machine.identity import machine_identity
+from drafting.machine.load import LoadMeter
+from drafting.weights.float import FLOAT
+from drafting.weights.formats import WEIGHT_FORMATS, apply_format
 
 PROBE_VERSION = 2
 TREE_ROWS = 16
@@ -32,19 +35,17 @@ PROBE_ROWS = (1, TREE_ROWS)
 PROBE_PREFIX = 128
 PROBE_REPEATS = 3
 BUSY_TTL_S = 600
-CANDIDATES = ("float", "onednn")  # same numbers, different kernels; `dual` combines them
-TREE_ONLY = ("mkl",)  # one-row steps in torch's kernel (float's), trees in another: timed for trees
 
 
 @dataclass
-class ModeChoice:
+class FormatChoice:
     dtype: str
     weights: str  # the concrete format chosen
     rows: list[int] = field(default_factory=lambda: list(PROBE_ROWS))
     seconds: dict[str, list[float]] = field(default_factory=dict)  # format -> median seconds per forward at rows
     cached: bool = False  # read from the cache rather than measured in this process
-    busy: str | None = None  # why the figures are not trustworthy (then not cached)
-    source: str = "probe"  # "probe" or "doctor" (goose doctor's table refreshed it)
+    busy: str | None = None  # why the figures are not trustworthy (then cached for a few minutes only)
+    source: str = "probe"  # "probe" or "goose doctor" (its table refreshed it)
     error: str | None = None  # why nothing could be timed (then float, the format as loaded)
 
     def describe(self) -> str:
@@ -64,21 +65,26 @@ class ModeChoice:
 
 
 def decide(seconds: dict[str, list[float]]) -> str:
-    """The kernel for one-row steps is the fastest of float and onednn at one row; with float's, trees take
-    another kernel only where it is faster at ``TREE_ROWS`` rows (oneDNN's: ``dual``; MKL's packed: ``mkl``)."""
-    one_row = min((f for f in seconds if f in CANDIDATES), key=lambda f: seconds[f][0])
-    if one_row != "float":
-        return one_row
+    """``seconds``: median seconds per forward at one row and at ``TREE_ROWS`` rows, by timed format. The kernel
+    of one-row steps is the fastest at one row among the formats that run one-row steps their own way (a
+    trees-only format runs them as float does); tree steps take the kernel fastest at ``TREE_ROWS`` rows where a
+    format pairs it with that one-row kernel (float's with oneDNN's: ``dual``; with MKL's packed product:
+    ``mkl``), else the one-row format's own."""
+    one_row = min((f for f in seconds if not WEIGHT_FORMATS[f].trees_only), key=lambda f: seconds[f][0])
     trees = min(seconds, key=lambda f: seconds[f][-1])
-    return {"onednn": "dual"}.get(trees, trees)
+    return next((f.name for f in WEIGHT_FORMATS.values() if f.same_numbers
+                 and (f.one_row_kernel, f.tree_kernel) == (one_row, trees)), one_row)
 
 
-def candidates(dtype: torch.dtype) -> tuple[str, ...]:
-    """The formats timed for ``dtype``: float and onednn, and mkl in float32 where MKL's packed product works."""
-    from drafting.weights import mkl as mkl_linear
+def timed_formats() -> tuple[str, ...]:
+    """Every format the probe may time (the doctor's table reads the same rows)."""
+    return tuple(name for name, f in WEIGHT_FORMATS.items() if f.timed)
 
-    extra = TREE_ONLY if dtype == torch.float32 and mkl_linear.available() else ()
-    return CANDIDATES + extra
+
+def candidates(dtype: torch.dtype, device: torch.device = torch.device("cpu")) -> tuple[str, ...]:
+    """The formats timed for ``dtype`` on ``device``: those of ``timed_formats`` that run there (MKL's packed
+    product only in float32, and where it works)."""
+    return tuple(name for name in timed_formats() if WEIGHT_FORMATS[name].available(device, dtype))
 
 
 def fingerprint(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype) -> dict:
@@ -93,51 +99,35 @@ def fingerprint(net: torch.nn.Module, name: str, device: torch.device, dtype: to
     }
 
 
-def cache_path(fp: dict):
-    from drafting.disk_cache import cache_dir
-
-    key = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / "modes" / f"{key}.json"
-
-
-def read_cached(fp: dict) -> ModeChoice | None:
-    path = cache_path(fp)
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("fingerprint") != fp:
-            return None
-        choice = ModeChoice(**doc["choice"])
-        if choice.busy and time.time() - float(doc.get("written", 0)) > BUSY_TTL_S:
-            return None  # measured on a busy machine: good for a few minutes of runs, then probed again
-    except (OSError, ValueError, TypeError, KeyError):
+def _parse_choice(doc: dict, fp: dict) -> FormatChoice | None:
+    """A stored choice, if it was made for exactly this fingerprint."""
+    if doc.get("fingerprint") != fp:
         return None
-    choice.cached = True
-    return choice
+    return FormatChoice(**{**doc["choice"], "cached": True})
 
 
-def write_cached(fp: dict, choice: ModeChoice) -> None:
-    """Store the choice; one measured on a busy machine only for ``BUSY_TTL_S`` (then it is probed again), so
-    it shapes the runs of the next minutes, not every later run, and a stored idle choice is never replaced by it."""
-    path = cache_path(fp)
-    if choice.busy and read_cached(fp) is not None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"fingerprint": fp, "choice": {**choice.to_dict(), "cached": False}, "written": time.time()}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # the cache is a convenience; the choice still holds for this run
+# a probe taken on a busy machine shapes the runs of the next minutes, not every later run
+PROBE_CACHE = DiskCache("modes", parse=_parse_choice, busy_ttl_s=BUSY_TTL_S)
+
+
+def cache_path(fp: dict):
+    return PROBE_CACHE.path(fp)
+
+
+def read_cached(fp: dict) -> FormatChoice | None:
+    return PROBE_CACHE.read(fp)
+
+
+def write_cached(fp: dict, choice: FormatChoice) -> None:
+    """Store the choice; one measured on a busy machine only for ``BUSY_TTL_S`` (then it is probed again), and
+    never in place of a stored choice still good to read."""
+    PROBE_CACHE.write(fp, {"fingerprint": fp, "choice": {**choice.to_dict(), "cached": False}},
+                      busy=choice.busy is not None)
 
 
 def probe(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype,
-          rows=PROBE_ROWS, prefix: int = PROBE_PREFIX, repeats: int = PROBE_REPEATS) -> ModeChoice:
+          rows=PROBE_ROWS, prefix: int = PROBE_PREFIX, repeats: int = PROBE_REPEATS) -> FormatChoice:
     """Time ``net`` in every candidate format (leaving it in float) and decide."""
-    from drafting.machine.cost_curve import measure
-    from drafting.machine.load import LoadMeter
-    from drafting.engine.loaded_model import LoadedModel
-
     lm = LoadedModel(model=net, tokenizer=None, name=name, device=device, dtype=dtype)
     slots = _linear_slots(net)
     seconds: dict[str, list[float]] = {}
@@ -147,19 +137,17 @@ def probe(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dt
             _install(slots, fmt)
             seconds[fmt] = measure(lm, sizes=tuple(rows), prefix=prefix, repeats=repeats).seconds
     finally:
-        _install(slots, "float")
+        _install(slots, FLOAT.name)
     load = meter.stop()
     dt = str(dtype).replace("torch.", "")
     busy = load.describe() if load is not None and load.busy else None
-    return ModeChoice(dtype=dt, weights=decide(seconds), rows=list(rows), seconds=seconds, busy=busy)
+    return FormatChoice(dtype=dt, weights=decide(seconds), rows=list(rows), seconds=seconds, busy=busy)
 
 
-def choose_weights(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype,
-                   refresh: bool = False) -> ModeChoice:
+def choose_format(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype,
+                  refresh: bool = False) -> FormatChoice:
     """The cached choice for this fingerprint, or a new probe (cached unless the machine was busy); the chosen
     format is applied to ``net`` in place."""
-    from drafting.weights.formats import apply_weights
-
     fp = fingerprint(net, name, device, dtype)
     choice = None if refresh else read_cached(fp)
     if choice is None:
@@ -168,9 +156,10 @@ def choose_weights(net: torch.nn.Module, name: str, device: torch.device, dtype:
         except (RuntimeError, ValueError) as exc:  # e.g. a sliding-window cache that cannot roll back a step
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             dt = str(dtype).replace("torch.", "")
-            return ModeChoice(dtype=dt, weights="float", rows=[], error=f"the probe could not time this model: {first}")
+            return FormatChoice(dtype=dt, weights=FLOAT.name, rows=[],
+                                error=f"the probe could not time this model: {first}")
         write_cached(fp, choice)
-    apply_weights(net, choice.weights)
+    apply_format(net, choice.weights)
     return choice
 
 
@@ -180,13 +169,13 @@ def _linear_slots(net: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torc
             for attr, child in list(parent.named_children()) if type(child) is torch.nn.Linear]
 
 
-def _install(slots, fmt: str) -> None:
-    from drafting.weights.formats import layer_class
-
+def _install(slots, name: str) -> None:
+    """Put format ``name``'s layers in the slots (each made once per slot, then reused)."""
+    layer = WEIGHT_FORMATS[name].layer
     for parent, attr, linear, made in slots:
-        if fmt == "float":
+        if layer is None:
             setattr(parent, attr, linear)
             continue
-        if fmt not in made:
-            made[fmt] = layer_class(fmt)(linear)
-        setattr(parent, attr, made[fmt])
+        if name not in made:
+            made[name] = layer(linear)
+        setattr(parent, attr, made[name])

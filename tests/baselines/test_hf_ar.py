@@ -39,14 +39,14 @@ def test_hf_ar_runs_an_unmodified_instance_and_matches_ar(tiny_lm, tmp_path):
     from drafting.engine.decode import Decoder
     from drafting.baselines.hf_generate import HFGenerate, plain_model
     from drafting.speculators import create
-    from drafting.weights.formats import apply_weights
+    from drafting.weights.formats import apply_format
 
     import copy
 
     folder = tmp_path / "tiny"
     tiny_lm.model.save_pretrained(folder)
     ours = copy.deepcopy(tiny_lm.model)
-    lm = replace(tiny_lm, model=apply_weights(ours, "onednn"), name=str(folder), weights="onednn", eos_ids=set())
+    lm = replace(tiny_lm, model=apply_format(ours, "onednn"), name=str(folder), weights="onednn", eos_ids=set())
     hf = HFGenerate(lm)
     assert hf.model is not lm.model and hf.model is plain_model(lm)  # one shared unmodified instance
     assert hf.model.config._attn_implementation == "sdpa"  # transformers' own attention, not goose's

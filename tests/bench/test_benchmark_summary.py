@@ -2,7 +2,8 @@
 
 import pytest
 
-from drafting.bench import aggregate_info, first_divergence, source_counts, split_specs, summarize
+from drafting.bench import aggregate_info, first_divergence, split_specs, summarize
+from drafting.engine.trace import source_counts
 from drafting.engine.trace import StepRecord
 
 

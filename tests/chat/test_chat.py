@@ -38,7 +38,7 @@ class StepCountingStop(threading.Event):
         self.steps_at_set = None
 
     def set(self):
-        result = self.session.decoder.result
+        result = self.session.last_result
         self.steps_at_set = len(result.records) if result is not None else 0
         super().set()
 
@@ -73,8 +73,8 @@ async def test_chat_app_streams_stops_switches_and_clears(embedded_lm, tmp_path)
         assert app.generating
         await pilot.press("escape")
         await wait_answer(app, pilot)
-        assert session.decoder.result.stop_reason == "stopped" and "[stopped]" in screen_text(app)
-        result = session.decoder.result
+        assert session.last_result.stop_reason == "stopped" and "[stopped]" in screen_text(app)
+        result = session.last_result
         assert len(result.records) - app._stop.steps_at_set <= 1
         assert 0 < len(result.output_ids) < 200
         assert session.messages[-1]["role"] == "assistant" and session.messages[-1]["content"]

@@ -17,7 +17,8 @@ from drafting.engine.decode import Decoder
 from drafting.errors import UnsupportedModelError
 from drafting.engine.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
-from drafting.models.loader import _sliding_window
+from drafting.machine.verify_cost import with_verify_cost
+from drafting.models.model_facts import sliding_window_of
 from drafting.speculators import create, registry
 from drafting.engine.model_support import attention_layout
 from drafting.engine.tree import Draft, DraftRows, DraftTree
@@ -63,9 +64,9 @@ def tiny(arch: str) -> LoadedModel:
                 if p.dim() == 2:
                     p.mul_(4.0)
         use_grouped_attention(net)
-        _BUILT[arch] = LoadedModel(model=net, tokenizer=None, name=f"tiny {arch}", device=torch.device("cpu"),
+        _BUILT[arch] = with_verify_cost(LoadedModel(model=net, tokenizer=None, name=f"tiny {arch}", device=torch.device("cpu"),
                                    dtype=torch.float32, eos_ids=set(), max_context=512,
-                                   sliding_window=_sliding_window(net.config))
+                                   sliding_window=sliding_window_of(net.config)))
     return _BUILT[arch]
 
 
@@ -175,7 +176,7 @@ def test_unsupported_attention_backend_is_refused_with_one_sentence():
     torch.manual_seed(0)
     net = T.LlamaForCausalLM(config).eval()
     net.config._attn_implementation = "flash_attention_2"  # what loading with flash-attention sets
-    lm = LoadedModel(model=net, tokenizer=None, name="tiny flash", device=torch.device("cpu"), dtype=torch.float32)
+    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny flash", device=torch.device("cpu"), dtype=torch.float32))
     with pytest.raises(UnsupportedModelError, match='attn_implementation="sdpa"') as err:
         Decoder(lm, create("pld"))
     _one_sentence(str(err.value))
@@ -188,7 +189,7 @@ def test_attention_that_follows_row_order_is_refused():
                                 num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=WINDOW)
     torch.manual_seed(0)
     net = T.AutoModelForCausalLM.from_config(config).eval()
-    lm = LoadedModel(model=net, tokenizer=None, name="tiny llama4", device=torch.device("cpu"), dtype=torch.float32)
+    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny llama4", device=torch.device("cpu"), dtype=torch.float32))
     with pytest.raises(UnsupportedModelError, match="attn_temperature_tuning") as err:
         Decoder(lm, create("tr"))
     _one_sentence(str(err.value))
@@ -202,7 +203,7 @@ def test_hybrid_cache_is_refused_with_one_sentence():
                                shared_expert_intermediate_size=32, layer_types=["linear_attention", "full_attention"])
     torch.manual_seed(0)
     net = T.AutoModelForCausalLM.from_config(config).eval()
-    lm = LoadedModel(model=net, tokenizer=None, name="tiny hybrid", device=torch.device("cpu"), dtype=torch.float32)
+    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny hybrid", device=torch.device("cpu"), dtype=torch.float32))
     with pytest.raises(UnsupportedModelError, match="'linear_attention' layers") as err:
         Decoder(lm, create("goose"))
     _one_sentence(str(err.value))

@@ -106,7 +106,7 @@ def test_max_new_tokens_below_one_is_refused_before_any_step(tiny_lm, limit):
                 dec.generate(PROMPT, limit)
             assert str(err.value) == f"max_new_tokens must be at least 1, not {limit}."
             with pytest.raises(ValueError):
-                next(dec.stream(PROMPT, limit))
+                dec.run(PROMPT, limit)  # refused when the run is asked for, before any step
     finally:
         handle.remove()
     assert calls[0] == 0  # no prefill, no step

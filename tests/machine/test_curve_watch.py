@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from drafting.machine.cost_curve import CostCurve, PrefixCost
+from drafting.machine.step_hooks import machine_hooks
 
 
 def _far_off_curve() -> PrefixCost:
@@ -36,7 +37,7 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
 
     try:
         w = watch(model, cost, rebuild)
-        dec = Decoder(lm, create("ar"))
+        dec = Decoder(lm, create("ar"), hooks=machine_hooks())
         dec.generate([5, 17, 33, 2], WINDOW + 2)  # ar: every step has one row
         assert calls == [] and w.pending  # never inside a timed generation
         dec.generate([5, 17, 33, 2], 2)  # the next one measures before its clock starts
@@ -111,7 +112,7 @@ def test_plain_baseline_reads_one_row_points_and_listens_to_steps(tiny_lm):
         base = PlainBaseline(lm)  # no budget curve held: one-row forwards timed now, not a full curve
         assert base.cost.short.sizes == [1] and base.step_s(300) > 0
         assert curve_watch.watch_of(lm.model) is None  # never the curve budgets would read
-        Decoder(lm, create("ar")).generate([5, 17, 33, 2], 3)
+        Decoder(lm, create("ar"), hooks=machine_hooks()).generate([5, 17, 33, 2], 3)
         assert base.watch.last_prefix is not None and base.step_s() == base.cost.at(base.watch.last_prefix).time(1)
     finally:
         curve_watch._LISTENERS.pop(lm.model, None)

@@ -28,11 +28,11 @@ class Sleepy(torch.nn.Module):
 
 def _loader(tiny_lm, slow_modes):
     def load(model, device, dtype, weights):
-        from drafting.weights.formats import apply_weights
+        from drafting.weights.formats import apply_format
 
         net = copy.deepcopy(tiny_lm.model)
         if weights != "float":
-            net = apply_weights(net, weights)
+            net = apply_format(net, weights)
         if (dtype, weights) in slow_modes:
             net.model.norm = Sleepy(net.model.norm)
         return replace(tiny_lm, model=net, weights=weights)
@@ -55,17 +55,17 @@ def test_a_far_slower_mode_is_timed_once_and_reported(tiny_lm):
 
 
 def test_weights_choice_is_read_from_the_table(tiny_lm):
-    from drafting.machine.doctor import ModeProfile, weights_choices
+    from drafting.machine.doctor import ModeProfile, format_choices
 
     def row(w, secs):
         return ModeProfile(mode=f"float32+{w}", dtype="float32", weights=w, sizes=[1, 4, 16], seconds=secs,
                            fingerprint={"x": 1} if w == "float" else None)
 
-    (fp, choice), = weights_choices([row("float", [0.030, 0.045, 0.062]), row("onednn", [0.037, 0.042, 0.058]),
+    (fp, choice), = format_choices([row("float", [0.030, 0.045, 0.062]), row("onednn", [0.037, 0.042, 0.058]),
                                      row("dual", [0.030, 0.042, 0.058])])
     assert fp == {"x": 1} and choice.weights == "dual" and choice.rows == [1, 16]
     assert choice.seconds == {"float": [0.030, 0.062], "onednn": [0.037, 0.058]}
-    (_, choice), = weights_choices([row("float", [0.030, 0.045, 0.050]), row("onednn", [0.037, 0.042, 0.058])])
+    (_, choice), = format_choices([row("float", [0.030, 0.045, 0.050]), row("onednn", [0.037, 0.042, 0.058])])
     assert choice.weights == "float"
 
 

@@ -18,7 +18,7 @@ def test_the_library_uses_the_session_cache():
 
 
 def test_cli_subprocesses_inherit_the_session_cache():
-    code = "from drafting.models.loader import cache_dir; print(cache_dir())"
+    code = "from drafting.disk_cache import cache_dir; print(cache_dir())"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

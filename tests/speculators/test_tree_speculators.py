@@ -54,18 +54,3 @@ def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
     path.write_text("garbage")
     with pytest.raises(SpecError):
         create(f"goose:cache={path}")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "spec",
-    [
-        "tr",  # budget=auto (the static 80-node template runs on the tiny model above)
-        "iso:k=5,budget=60",
-        "goose",  # budget=auto
-        # the paper's budget with all four ablation switches at once (each switch alone runs on the tiny model)
-        "goose:budget=60,rho=0,bigram=off,confidence=off,harvest=off",
-    ],
-)
-def test_tree_speculators_match_ar(assert_lossless, spec):
-    assert_lossless(spec)

@@ -11,6 +11,7 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
 
     from drafting.engine.attention import use_grouped_attention
     from drafting.engine.loaded_model import LoadedModel
+    from drafting.machine.verify_cost import with_verify_cost
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -26,7 +27,7 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
     )
     model = LlamaForCausalLM(config).eval()
     use_grouped_attention(model)  # what load_model does, so mechanics tests cover the grouped tree attention
-    return LoadedModel(
+    return with_verify_cost(LoadedModel(
         model=model, tokenizer=None, name=name, device=torch.device("cpu"),
         dtype=torch.float32, eos_ids=eos_ids, max_context=context,
-    )
+    ))

@@ -11,6 +11,10 @@ import torch
 from support.tinymodel import tiny_llama
 
 from drafting.weights import mkl as mkl_linear, onednn as onednn_linear
+from drafting.weights.formats import WEIGHT_FORMATS
+
+# the formats whose one-row steps run float's kernel and tree steps another: exact only if trees match steps
+ROW_DISPATCH = [name for name, f in WEIGHT_FORMATS.items() if f.same_numbers and f.one_row_as is not None]
 
 needs_onednn = pytest.mark.skipif(not onednn_linear.available(), reason="this torch build has no oneDNN")
 
@@ -35,51 +39,52 @@ def _fresh_tiny():
 
 @needs_onednn
 def test_probe_is_cached_per_fingerprint_and_redone_when_it_changes(tmp_path, monkeypatch):
-    from drafting.weights.probe import cache_path, candidates, choose_weights, fingerprint
+    from drafting.weights.probe import cache_path, candidates, choose_format, fingerprint
     from drafting.weights.formats import SAME_NUMBERS
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     lm = _fresh_tiny()
     cpu = torch.device("cpu")
-    first = choose_weights(lm.model, lm.name, cpu, torch.float32)
+    first = choose_format(lm.model, lm.name, cpu, torch.float32)
     assert not first.cached and set(first.seconds) == set(candidates(torch.float32))
     assert all(len(s) == 2 and all(t > 0 for t in s) for s in first.seconds.values())
     assert first.weights in SAME_NUMBERS
     fp = fingerprint(_fresh_tiny().model, lm.name, cpu, torch.float32)
     path = cache_path(fp)
     assert path.exists()  # (a busy machine's probe too, for a few minutes)
-    again = choose_weights(_fresh_tiny().model, lm.name, cpu, torch.float32)
+    again = choose_format(_fresh_tiny().model, lm.name, cpu, torch.float32)
     assert again.cached and again.weights == first.weights and again.seconds == first.seconds
     # another model identity is another fingerprint: a new probe
-    other = choose_weights(_fresh_tiny().model, "another-model", cpu, torch.float32)
+    other = choose_format(_fresh_tiny().model, "another-model", cpu, torch.float32)
     assert not other.cached
     # the stored fingerprint no longer matching the machine (a CPU or torch change) forces a new probe too
     doc = json.loads(path.read_text())
     doc["fingerprint"]["torch"] = "0.0-elsewhere"
     path.write_text(json.dumps(doc))
-    redone = choose_weights(_fresh_tiny().model, lm.name, cpu, torch.float32)
+    redone = choose_format(_fresh_tiny().model, lm.name, cpu, torch.float32)
     assert not redone.cached
     assert "chose" in redone.describe() and "ms per forward" in redone.describe()
 
 
 @needs_onednn
 def test_the_chosen_format_is_what_the_model_runs(tmp_path, monkeypatch):
-    from drafting.weights.probe import choose_weights
-    from drafting.weights.formats import layer_class
+    from drafting.weights.probe import choose_format
+    from drafting.weights.formats import WEIGHT_FORMATS
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     lm = _fresh_tiny()
-    choice = choose_weights(lm.model, lm.name, torch.device("cpu"), torch.float32)
+    choice = choose_format(lm.model, lm.name, torch.device("cpu"), torch.float32)
     head = lm.model.get_output_embeddings()
     if choice.weights == "float":
         assert type(head) is torch.nn.Linear
     else:
-        assert type(head) is layer_class(choice.weights)
+        assert type(head) is WEIGHT_FORMATS[choice.weights].layer
 
 
 @needs_onednn
 def test_dual_layer_dispatches_on_rows_and_matches_both_kernels():
-    from drafting.weights.onednn import OneDNNLinear, RowDispatchLinear
+    from drafting.weights.dual import RowDispatchLinear
+    from drafting.weights.onednn import OneDNNLinear
 
     torch.manual_seed(0)
     dense = torch.nn.Linear(64, 48)
@@ -163,21 +168,21 @@ def test_mkl_format_is_refused_outside_float32_on_cpu():
 
 
 def _skip_unless_available(fmt: str) -> None:
-    if not {"dual": onednn_linear.available, "mkl": mkl_linear.available}[fmt]():
+    if not WEIGHT_FORMATS[fmt].available(torch.device("cpu"), torch.float32):
         pytest.skip(f"--weights {fmt} cannot run with this torch build")
 
 
-@pytest.mark.parametrize("fmt", ["dual", "mkl"])
+@pytest.mark.parametrize("fmt", ROW_DISPATCH)
 def test_row_dispatch_tree_logits_match_sequential_steps(tiny_lm, fmt):
     """The exactness premise of `dual` and `mkl` in fp32: a tree pass through oneDNN's or MKL's packed kernel
     scores each node as sequential one-row passes through torch's kernel do, to float rounding."""
     from drafting.engine.decode import Decoder
     from drafting.speculators import create
-    from drafting.weights.formats import apply_weights
+    from drafting.weights.formats import apply_format
     from dataclasses import replace
 
     _skip_unless_available(fmt)
-    lm = replace(tiny_lm, model=apply_weights(copy.deepcopy(tiny_lm.model), fmt), weights=fmt, eos_ids=set())
+    lm = replace(tiny_lm, model=apply_format(copy.deepcopy(tiny_lm.model), fmt), weights=fmt, eos_ids=set())
     prompt = [5, 17, 33, 2, 90, 41, 5, 17, 33]
     ar = Decoder(lm, create("ar")).generate(prompt, 24).output_ids
     for spec in ("pld", "goose"):
@@ -185,7 +190,7 @@ def test_row_dispatch_tree_logits_match_sequential_steps(tiny_lm, fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["dual", "mkl"])
+@pytest.mark.parametrize("fmt", ROW_DISPATCH)
 def test_row_dispatch_weights_keep_goose_identical_to_ar_on_real_prompts(real_prompts, fmt):
     """fp32 `dual` and `mkl` are offered as exact only because this holds: one-row steps through torch's kernel
     and tree steps through oneDNN's or MKL's packed kernel give the very tokens of plain decoding on the
@@ -205,14 +210,14 @@ def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
     """A sliding-window cache cannot roll a timed step back; the probe gives up cleanly and keeps float."""
     from transformers import MistralConfig, MistralForCausalLM
 
-    from drafting.weights.probe import choose_weights
+    from drafting.weights.probe import choose_format
     from drafting.weights.formats import SAME_NUMBERS
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     config = MistralConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                            num_attention_heads=2, num_key_value_heads=1, sliding_window=32, max_position_embeddings=256)
     net = MistralForCausalLM(config).eval()
-    choice = choose_weights(net, "windowed", torch.device("cpu"), torch.float32)
+    choice = choose_format(net, "windowed", torch.device("cpu"), torch.float32)
     if choice.error is None:  # this transformers can roll the window back: then the probe simply ran
         assert choice.weights in SAME_NUMBERS
         return
@@ -221,12 +226,12 @@ def test_a_model_the_probe_cannot_time_keeps_float(tmp_path, monkeypatch):
 
 
 def test_a_busy_probe_expires_and_never_replaces_an_idle_one(tmp_path, monkeypatch):
-    from drafting.weights.probe import BUSY_TTL_S, ModeChoice, cache_path, read_cached, write_cached
+    from drafting.weights.probe import BUSY_TTL_S, FormatChoice, cache_path, read_cached, write_cached
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     fp = {"cpu": "test", "model": "m"}
-    idle = ModeChoice(dtype="float32", weights="float", seconds={"float": [1.0, 2.0], "onednn": [1.5, 2.5]})
-    busy = ModeChoice(dtype="float32", weights="onednn", seconds={"float": [9.0, 9.0], "onednn": [1.0, 1.0]},
+    idle = FormatChoice(dtype="float32", weights="float", seconds={"float": [1.0, 2.0], "onednn": [1.5, 2.5]})
+    busy = FormatChoice(dtype="float32", weights="onednn", seconds={"float": [9.0, 9.0], "onednn": [1.0, 1.0]},
                       busy="other processes used 1.8 of 2 cores")
     write_cached(fp, idle)
     write_cached(fp, busy)

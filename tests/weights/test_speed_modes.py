@@ -13,6 +13,7 @@ import torch
 
 from drafting.weights import int8 as int8_linear
 from drafting.machine.cost_curve import DEFAULT_SIZES
+from drafting.engine.hooks import RecordMargins
 
 needs_int8 = pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no weight-only int8 CPU kernel")
 PROMPT = json.dumps({"id": "p1", "task": "code", "prompt": "Rewrite this: def add(a, b): return a + b"})
@@ -43,7 +44,7 @@ def test_ar_margins_match_a_full_forward(tiny_lm):
 
     lm = replace(tiny_lm, eos_ids=set())  # run the full 20 tokens
     prompt = [5, 17, 33, 2, 90, 41]
-    res = Decoder(lm, create("ar"), record_margins=True).generate(prompt, 20)
+    res = Decoder(lm, create("ar"), hooks=[RecordMargins()]).generate(prompt, 20)
     assert len(res.margins) == len(res.output_ids) == 20
     with torch.no_grad():
         logits = tiny_lm.model(torch.tensor([prompt + res.output_ids])).logits[0].float()
@@ -79,13 +80,14 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from drafting.bench import first_divergence, tie_check
     from drafting.engine.decode import Decoder
     from drafting.engine.loaded_model import LoadedModel
+    from drafting.machine.verify_cost import with_verify_cost
     from drafting.speculators import create
-    from drafting.weights.formats import apply_weights
+    from drafting.weights.formats import apply_format
 
-    net = apply_weights(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
+    net = apply_format(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
-    lm = LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,
-                     eos_ids={127}, max_context=512, weights="int8")
+    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,
+                     eos_ids={127}, max_context=512, weights="int8"))
     assert lm.vocab_size == 128 and lm.mode == "bfloat16+int8"
     ids = torch.tensor([[5, 17, 33, 2, 90, 41]])
     with torch.inference_mode():
@@ -97,7 +99,7 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     # few bf16 steps (this random model's logits are all below 1, so its top-2 gaps are small but mostly wider)
     noise = 0.01
     prompt = [5, 17, 33, 2]
-    ar = Decoder(replace(lm, eos_ids=set()), create("ar"), record_margins=True).generate(prompt, 12)
+    ar = Decoder(replace(lm, eos_ids=set()), create("ar"), hooks=[RecordMargins()]).generate(prompt, 12)
     ids = list(prompt)
     margins = []
     with torch.inference_mode():
@@ -114,9 +116,9 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
-    from drafting.weights.formats import apply_weights
+    from drafting.weights.formats import apply_format
 
-    net = apply_weights(copy.deepcopy(tiny_lm.model), "onednn")
+    net = apply_format(copy.deepcopy(tiny_lm.model), "onednn")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
     ids = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 64]])
     with torch.inference_mode():
@@ -158,7 +160,7 @@ def test_auto_weights_are_measured_only_on_cpu():
 
 def test_bad_weight_formats_are_one_sentence():
     from drafting.errors import WeightsError
-    from drafting.weights.formats import apply_weights, check_format
+    from drafting.weights.formats import apply_format, check_format
 
     cpu = torch.device("cpu")
     with pytest.raises(WeightsError, match="Unknown weight format"):
@@ -167,7 +169,7 @@ def test_bad_weight_formats_are_one_sentence():
         check_format("int8", cpu, torch.float32)
     check_format("int8", cpu, torch.bfloat16)
     with pytest.raises(WeightsError, match="concrete"):
-        apply_weights(torch.nn.Linear(2, 2), "auto")
+        apply_format(torch.nn.Linear(2, 2), "auto")
 
 
 def test_doctor_bad_input_is_one_sentence():
