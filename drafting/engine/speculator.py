@@ -84,13 +84,6 @@ class Settings:
         """The settings that differ from their defaults, in declaration order."""
         return {k: getattr(self, k) for k, o in self.options().items() if getattr(self, k) != o.default}
 
-    def __getitem__(self, key: str):
-        """``settings["rows"]`` reads the declared field ``rows`` (code written against the former dict of
-        settings); a key that is not a field raises KeyError."""
-        if key not in self.options():
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 @dataclass
 class StepResult:

@@ -50,7 +50,7 @@ class InModelDrafter(Speculator):
 
     def bind(self, lm) -> None:
         self.eos = set(lm.eos_ids)
-        if self.settings["rows"] == "auto" and self.cost is None and lm.verify_cost is not None:
+        if self.settings.rows == "auto" and self.cost is None and lm.verify_cost is not None:
             self.cost = lm.verify_cost()
             if self.online_budget:
                 self.budget = OnlineBudget(self.cost.short, AUTO_SIZES)
