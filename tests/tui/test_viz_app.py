@@ -11,7 +11,7 @@ from textual.app import App
 
 from drafting.engine.trace import read_trace
 from support.screentext import screen_text, sync
-from support.tracefixtures import goose_records, ptd_records, write_fixture_traces
+from support.tracefixtures import WORDS, goose_records, ptd_records, write_fixture_traces
 from tui.treepane import TreePane
 from tui.viz_app import Opened, VizApp
 
@@ -94,7 +94,7 @@ class OneTree(App):
         self.record, self.kind = record, kind
 
     def compose(self):
-        words = {i + 100: w for i, w in enumerate(__import__("tracefixtures").WORDS)}
+        words = {i + 100: w for i, w in enumerate(WORDS)}
         yield TreePane(self.kind, lambda t: words.get(t, f"<{t}>"))
 
     def on_mount(self):
