@@ -10,7 +10,7 @@ import typer
 
 from goosecli.app import app
 from goosecli.options import (
-    SPECULATORS, Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, SpeculatorHelp, Temperature, TopK, TopP,
+    SPECULATORS, Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, RegistryHelp, Temperature, TopK, TopP,
     Weights, fail, load_or_fail, sampling_or_fail,
 )
 
@@ -23,7 +23,7 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-@app.command(cls=SpeculatorHelp)
+@app.command(cls=RegistryHelp)
 def bench(
     prompts: Annotated[Path, typer.Argument(help="JSON Lines prompt file: {\"prompt\", \"id\"?, \"task\"?, \"turns\"?} per line.", show_default=False)],
     speculators: Annotated[

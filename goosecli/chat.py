@@ -17,7 +17,7 @@ from goosecli.options import (
     Model,
     Raw,
     Seed,
-    SpeculatorHelp,
+    RegistryHelp,
     Temperature,
     TopK,
     TopP,
@@ -30,7 +30,7 @@ from goosecli.options import (
 DEFAULT_SPECULATOR = "goose"
 
 
-@app.command(cls=SpeculatorHelp)
+@app.command(cls=RegistryHelp)
 def chat(
     speculator: Annotated[Optional[str], typer.Option("--speculator", "-s", help="Speculator spec, e.g. goose or pld:draft=8 (default goose; F2 switches in the app). One of " + SPECULATORS + "; their options are listed below.", show_default=False)] = None,
     model: Model = None,

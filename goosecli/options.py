@@ -1,5 +1,5 @@
-"""Options shared by every command (model, device, sampling), the speculator list in their help, and the one way
-errors reach the user."""
+"""Options shared by every command (model, device, sampling), the help text that lists the registered speculators
+and weight formats, and the one way errors reach the user."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand
 
-from drafting.weights.formats import weights_help
-
 Model = Annotated[
     Optional[str],
     typer.Option("--model", "-m", help="Model: omitted = embedded SmolLM2-135M-Instruct; gemma3-270m (its package installed); a .gguf file, a local folder or a hub id."),
@@ -20,7 +18,7 @@ Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present),
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]
 Weights = Annotated[
     str,
-    typer.Option("--weights", help=weights_help()),
+    typer.Option("--weights", help="{weight_formats}"),  # filled in by RegistryHelp from drafting.weights
 ]
 DeviceMap = Annotated[
     Optional[str], typer.Option("--device-map", help="'auto' spreads a model too big for one GPU over several (accelerate).")
@@ -70,20 +68,22 @@ def speculator_or_fail(spec: str):
         fail(str(exc))
 
 
-# Placeholders in an option's help, filled in from the speculator registry when the help is shown.
+# Placeholders in an option's help, filled in from the registries when the help is shown.
 SPECULATORS = "{speculators}"
 TREE_SPECULATORS = "{tree_speculators}"
 ROW_SPECULATORS = "{row_speculators}"
+WEIGHT_FORMATS = "{weight_formats}"
 
 
-class SpeculatorHelp(TyperCommand):
-    """A command whose help names the registered speculators (at the placeholders above) and lists each one's
-    options below its own. Made only when the help is shown: the registry imports every speculator, and torch,
-    which running a command need not wait for before it parses its arguments."""
+class RegistryHelp(TyperCommand):
+    """A command whose help names the registered speculators and weight formats (at the placeholders above) and
+    lists each speculator's options below its own. Made only when the help is shown: the registries import
+    torch, which running a command need not wait for before it parses its arguments."""
 
     def format_help(self, ctx, formatter) -> None:
         from drafting.errors import SpecError
         from drafting.speculators import registry
+        from drafting.weights.formats import weights_help
 
         try:
             reg = registry()
@@ -93,6 +93,7 @@ class SpeculatorHelp(TyperCommand):
             SPECULATORS: ", ".join(reg),
             TREE_SPECULATORS: ", ".join(n for n, c in reg.items() if not c.draws_rows),
             ROW_SPECULATORS: ", ".join(n for n, c in reg.items() if c.draws_rows),
+            WEIGHT_FORMATS: weights_help(),
         }
         for param in self.params:
             for mark, text in names.items():

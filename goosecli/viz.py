@@ -20,7 +20,7 @@ from goosecli.options import (
     Model,
     Raw,
     Seed,
-    SpeculatorHelp,
+    RegistryHelp,
     Temperature,
     TopK,
     TopP,
@@ -34,7 +34,7 @@ from goosecli.options import (
 MAX_SIBLINGS = 500  # headers read when looking for a trace's partner in its folder
 
 
-@app.command(cls=SpeculatorHelp)
+@app.command(cls=RegistryHelp)
 def viz(
     traces: Annotated[Optional[list[Path]], typer.Argument(help="Trace files from `goose bench --trace DIR` or `goose chat --trace FILE`; a goose and a ptd trace of one prompt open side by side.", show_default=False)] = None,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Record a trace of this prompt now and open it.")] = None,

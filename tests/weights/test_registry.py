@@ -4,7 +4,6 @@ the --weights help, the error for an unknown one, the doctor's modes, the probe'
 from __future__ import annotations
 
 import re
-import typing
 
 import pytest
 import torch
@@ -52,10 +51,16 @@ def test_an_unknown_name_lists_every_choice():
     check_format(AUTO, CPU, torch.float32)  # auto is a choice, not a format: always accepted
 
 
-def test_the_weights_option_help_is_read_from_the_formats():
-    from goosecli.options import Weights
+@pytest.mark.parametrize("command", ["bench", "chat", "viz"])
+def test_the_weights_option_help_is_read_from_the_formats(command, capsys):
+    import click
+    import typer.main
 
-    option = typing.get_args(Weights)[1]
+    from goosecli.main import app
+
+    cmd = typer.main.get_command(app).commands[command]
+    cmd.format_help(click.Context(cmd), click.HelpFormatter())  # the help, as --help shows it, fills it in
+    option = next(p for p in cmd.params if p.name == "weights")
     assert option.help == weights_help()
     for fmt in WEIGHT_FORMATS.values():
         assert f"{fmt.name} ({fmt.help})" in option.help
