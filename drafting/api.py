@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 from drafting.engine.trace import StepRecord, source_counts
+from drafting.speculators import DEFAULT_SPECULATOR
 
-DEFAULT_SPECULATOR = "goose"
 
 _MODELS: dict = {}  # (model, device, dtype, weights) -> LoadedModel
 _DECODERS: dict = {}  # (model key, speculator spec) -> Decoder

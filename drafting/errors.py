@@ -21,3 +21,10 @@ class SpecError(ValueError):
 
 class WeightsError(ValueError):
     """A weight format cannot be used with this model, device or dtype; one sentence."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception raised by code outside goose (transformers, torch), or its type's name when
+    it says nothing: what a one-sentence error can quote."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -27,7 +27,6 @@ from goosecli.options import (
     sampling_or_fail,
 )
 
-DEFAULT_SPECULATOR = "goose"
 
 
 @app.command(cls=RegistryHelp)
@@ -52,19 +51,15 @@ def chat(
     """Chat through a speculator and watch each step's tree and the live speed."""
     from drafting.engine.acceptance import make_acceptor
     from drafting.errors import SpecError
-    from drafting.speculators import registry
+    from drafting.speculators import DEFAULT_SPECULATOR, registry
 
     params = sampling_or_fail(temperature, top_k, top_p, seed)
     acceptor = make_acceptor(params)
-    if speculator is None:
-        speculator = DEFAULT_SPECULATOR
-        try:
-            known = registry()
-        except SpecError as exc:  # a module named in GOOSE_SPECULATORS does not import
-            fail(str(exc))
-        if DEFAULT_SPECULATOR not in known:
-            speculator = "pld"
-            print(f"goose: the {DEFAULT_SPECULATOR!r} speculator is not in this build; using 'pld'.", file=sys.stderr)
+    try:
+        registry()
+    except SpecError as exc:  # a module named in GOOSE_SPECULATORS does not import
+        fail(str(exc))
+    speculator = speculator or DEFAULT_SPECULATOR
     if trace is not None and trace.is_dir():
         fail(f"--trace {str(trace)!r} is a folder; give a file name for the trace.")
     lm = load_or_fail(model, device, dtype, device_map, weights)

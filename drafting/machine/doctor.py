@@ -22,7 +22,7 @@ import torch
 from drafting.engine.forward import Forward
 from drafting.engine.kv_cache import new_cache
 from drafting.engine.loaded_model import mode_name
-from drafting.errors import ModelError, WeightsError
+from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.cost_curve import DEFAULT_SIZES, measure, store_curve
 from drafting.machine.load import LoadMeter, calibrate
 from drafting.models.loader import DTYPES, load_model, resolve_device, resolve_dtype
@@ -160,8 +160,7 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
     except ModelError as exc:
         out.error = str(exc)
     except RuntimeError as exc:  # a kernel missing for this dtype on this device
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        out.error = f"{mode.label} failed on this device: {first}"
+        out.error = f"{mode.label} failed on this device: {first_line(exc)}"
     finally:
         del lm
         gc.collect()

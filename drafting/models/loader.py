@@ -13,7 +13,7 @@ import torch
 
 from drafting.engine.attention import use_grouped_attention
 from drafting.engine.loaded_model import LoadedModel
-from drafting.errors import ModelError, WeightsError
+from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.gguf_convert import ensure_converted
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
@@ -127,8 +127,7 @@ def load_model(
     except ModelError:
         raise
     except Exception as exc:  # transformers raises many kinds; the user needs one sentence
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"Could not load model {name!r}: {first}") from exc
+        raise ModelError(f"Could not load model {name!r}: {first_line(exc)}") from exc
     if not device_map:
         net = net.to(dev)
     net.eval()

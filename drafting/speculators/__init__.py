@@ -12,8 +12,10 @@ import pkgutil
 from drafting.engine.speculator import Option, Settings, Speculator, StepResult, option
 from drafting.errors import SpecError
 
+DEFAULT_SPECULATOR = "goose"  # what the API and `goose chat` use when none is named
+
 __all__ = [
-    "Option", "Settings", "Speculator", "StepResult", "SpecError", "option", "PLUGINS_ENV", "registry", "create",
+    "DEFAULT_SPECULATOR", "Option", "Settings", "Speculator", "StepResult", "SpecError", "option", "PLUGINS_ENV", "registry", "create",
     "parse_spec",
 ]
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from drafting.errors import first_line
 from drafting.disk_cache import DiskCache
 from drafting.engine.loaded_model import LoadedModel
 from drafting.machine.cost_curve import measure
@@ -154,10 +155,9 @@ def choose_format(net: torch.nn.Module, name: str, device: torch.device, dtype: 
         try:
             choice = probe(net, name, device, dtype)
         except (RuntimeError, ValueError) as exc:  # e.g. a sliding-window cache that cannot roll back a step
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             dt = str(dtype).replace("torch.", "")
             return FormatChoice(dtype=dt, weights=FLOAT.name, rows=[],
-                                error=f"the probe could not time this model: {first}")
+                                error=f"the probe could not time this model: {first_line(exc)}")
         write_cached(fp, choice)
     apply_format(net, choice.weights)
     return choice
