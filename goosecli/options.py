@@ -25,10 +25,12 @@ DeviceMap = Annotated[
 ]
 Raw = Annotated[bool, typer.Option("--raw", help="Feed prompts as raw text instead of through the chat template.")]
 MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", "-n", help="Most new tokens per answer.", min=1)]
-Temperature = Annotated[float, typer.Option("--temperature", "-t", help="0 = greedy; > 0 samples (lossless).", min=0.0)]
+# No min= on the temperature: click's range words a NaN as "should be greater than or equal to 0" in a usage box;
+# SamplingParams.check gives every bad value (negative, NaN, inf, too small to divide by) one sentence.
+Temperature = Annotated[float, typer.Option("--temperature", "-t", help="0 = greedy; > 0 samples (lossless; at least 1e-06).")]
 TopK = Annotated[int, typer.Option("--top-k", help="Sample only among the k most likely tokens (0 = off).", min=0)]
 TopP = Annotated[float, typer.Option("--top-p", help="Sample from the smallest set with this much probability (1 = off).")]
-Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling (reproducible runs).")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling (reproducible runs), 0 to 2**64 - 1.")]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

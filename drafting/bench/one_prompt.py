@@ -20,8 +20,10 @@ from drafting.bench.traces import write_trace
 
 
 def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: BenchSettings, timer: ForwardTimer,
-            reference: list[int] | None, reference_margins: list[float] | None = None) -> dict:
-    """Run every turn of ``prompt`` with ``contender``, feeding back its own answers; return the run dict."""
+            reference: list[int] | None, reference_margins: list[float] | None = None,
+            trace_stem: str | None = None) -> dict:
+    """Run every turn of ``prompt`` with ``contender``, feeding back its own answers; return the run dict.
+    ``trace_stem``: the prompt's trace file-name part among the run's prompts (``traces.trace_stems``)."""
     messages: list[dict] = []
     output: list[int] = []
     margins: list[float] = []
@@ -115,5 +117,5 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         run["first_divergence"] = div
         run.update(tie_check(div, reference_margins, settings.tie_margin))
     if settings.trace_dir is not None and contender.decoder and turn_results:
-        write_trace(lm, settings, prompt, contender.spec, turn_results)
+        write_trace(lm, settings, prompt, contender.spec, turn_results, trace_stem)
     return run

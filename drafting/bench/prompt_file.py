@@ -35,7 +35,9 @@ def read_prompts(path: str | Path, tasks: set[str] | None = None, limit: int | N
     if p.is_dir():
         raise PromptFileError(f"{str(p)!r} is a folder, not a prompt file.")
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: a byte-order mark some editors write is not part of the first line. Lines end at \n only:
+        # str.splitlines() also breaks at U+2028, U+2029, U+0085 and other characters a JSON string may hold.
+        lines = [line.removesuffix("\r") for line in p.read_text(encoding="utf-8-sig").split("\n")]
     except UnicodeDecodeError:
         raise PromptFileError(f"Prompt file {str(p)!r} is not UTF-8 text.") from None
     except OSError as exc:
@@ -76,9 +78,14 @@ def _parse_line(line: str, where: str, number: int) -> Prompt:
     if turns is not None:
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
             raise PromptFileError(f"{where}: \"turns\" must be a non-empty list of strings.")
+        blank = next((k for k, t in enumerate(turns, start=1) if not t.strip()), None)
+        if blank is not None:
+            raise PromptFileError(f"{where}: turn {blank} of \"turns\" is only whitespace.")
     prompt = obj.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         raise PromptFileError(f"{where}: the line has no non-empty string \"prompt\".")
+    if not prompt.strip():
+        raise PromptFileError(f"{where}: the \"prompt\" is only whitespace.")
     if turns is None:
         turns = [prompt]
     elif turns[0] != prompt:

@@ -16,6 +16,7 @@ from drafting.bench.one_prompt import run_one
 from drafting.bench.results import ResultsFile, Skip
 from drafting.bench.settings import BenchSettings
 from drafting.bench.timing import ForwardTimer
+from drafting.bench.traces import trace_stems
 
 WARMUP_TOKENS = 8
 
@@ -43,6 +44,7 @@ def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt
               results: ResultsFile, warmup: bool = True) -> Iterator[dict | Skip]:
     """Yield each finished run (already saved in ``results``) or Skip; speculators interleave per prompt."""
     done = results.done()
+    stems = trace_stems(p.id for p in prompts)  # over every prompt, so a resumed run names its traces the same
     timer = ForwardTimer(lm.model, lm.device)
     for c in contenders:
         if c.baseline is not None and c.baseline.model is not None:
@@ -62,7 +64,7 @@ def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt
                 if (prompt.id, c.spec) in done:
                     continue
                 run = run_one(lm, c, prompt, settings, timer, results.reference(prompt.id),
-                              results.reference_margins(prompt.id))
+                              results.reference_margins(prompt.id), stems[prompt.id])
                 results.add(run)
                 yield run
     finally:

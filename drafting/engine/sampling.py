@@ -7,9 +7,18 @@ top-k, then top-p.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+# The smallest temperature above 0: logits / temperature stays far inside float32's range for any real logit
+# (1e38 over 1e-6 would need logits of 1e32), while below it the division overflows into inf and the warped
+# distribution turns to NaN; at that point it is greedy's anyway, and 0 is greedy exactly.
+MIN_TEMPERATURE = 1e-6
+# torch.Generator.manual_seed takes 64 bits; it reads a negative seed modulo 2**64 (torch.manual_seed differently),
+# so a negative one would not name one stream of numbers.
+SEED_LIMIT = 2**64
 
 
 @dataclass(frozen=True)
@@ -25,12 +34,17 @@ class SamplingParams:
 
     def check(self) -> None:
         """Raise ValueError (one sentence) for impossible settings."""
-        if self.temperature < 0:
-            raise ValueError("--temperature must be 0 (greedy) or positive.")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"--temperature must be 0 (greedy) or a positive finite number, not {self.temperature:g}.")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"--temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, where logits / "
+                             f"temperature still fit in float32, not {self.temperature:g}.")
         if self.top_k < 0:
             raise ValueError("--top-k must be 0 (off) or a positive number of tokens.")
-        if not 0.0 < self.top_p <= 1.0:
+        if not 0.0 < self.top_p <= 1.0:  # NaN fails the comparison too
             raise ValueError("--top-p must be in (0, 1].")
+        if self.seed is not None and not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"--seed must be a whole number from 0 to 2**64 - 1, not {self.seed}.")
 
     def describe(self) -> str:
         """Short text for summaries: 'greedy' or 'T=0.7 top-k=50 top-p=0.9 seed=1'."""

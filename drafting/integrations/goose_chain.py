@@ -18,6 +18,9 @@ from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
 TABLE = "table"
+# Earlier occurrences of the matched n-gram the consensus check reads (the most recent): a context repeating one
+# token or bigram tens of thousands of times would otherwise make every proposal walk all of them.
+MAX_OCCURRENCES = 256
 
 
 def spine_length(chain_len: int, confidence: float, consensus: bool, ema: float, limit: int) -> int:
@@ -49,11 +52,14 @@ class RequestChain:
     TAIL = 4
 
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
-                 min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3)):
+                 min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3),
+                 vocab_size: int | None = None):
         self.table = table
         self.min_path = min_path
         self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
-        self.matcher = SpineMatcher(ngram_sizes=ngram_sizes, chain=chain, chain_max=chain_max)
+        self.vocab_size = vocab_size  # drafts stop before an id the model does not have (None: unknown)
+        self.matcher = SpineMatcher(ngram_sizes=ngram_sizes, chain=chain, chain_max=chain_max,
+                                    max_occurrences=MAX_OCCURRENCES)
         self.matcher.reset(tokens)
         table.learn(tokens)
         self.head = tuple(tokens[: self.HEAD])
@@ -115,5 +121,16 @@ class RequestChain:
                 ema = self.ema[TABLE]
                 draft = self.table.chain(prev, toks[-1], table_length(ema, limit), table_floor(ema, self.min_path))
                 src = TABLE
+        if self.vocab_size is not None:
+            draft = within_vocab(draft, self.vocab_size)
         self.last_draft, self.last_source = draft, (src if draft else "")
         return draft
+
+
+def within_vocab(draft: list[int], vocab_size: int) -> list[int]:
+    """The draft up to its first id outside 0..vocab_size-1: a chain is verified in order, so what follows a token
+    the model cannot have is no draft either (and an id past the vocabulary would index past the logits)."""
+    for i, t in enumerate(draft):
+        if not 0 <= t < vocab_size:
+            return draft[:i]
+    return draft

@@ -5,15 +5,22 @@ vLLM hands a proposer token ids, never logits, so goose's logit-harvesting adjac
 (drafting/sources/adjacency.py) cannot be filled there; counting the streams the engine has seen is what is
 left. One table serves every request of the process, so a request starts with what earlier requests taught
 it (hot start).
+
+Its size is bounded whatever the streams: each tier holds at most ``capacity`` contexts (a full tier is forgotten
+and starts again) and each context at most ``keep`` successors, so the table never holds more than
+``max_entries`` = 2 x capacity x keep counts.
 """
 
 from __future__ import annotations
+
+CAPACITY = 1 << 20  # contexts per tier
+KEEP = 4  # successors per context
 
 
 class TokenAdjacency:
     """Successor counts over token streams. ``learn`` appends transitions, ``chain`` walks the best ones."""
 
-    def __init__(self, capacity: int = 1 << 20, keep: int = 4):
+    def __init__(self, capacity: int = CAPACITY, keep: int = KEEP):
         self.capacity = capacity  # contexts kept per tier; a full tier is forgotten and starts again
         self.keep = keep  # successors kept per context (the most frequent)
         self._uni: dict[int, dict[int, int]] = {}
@@ -21,6 +28,15 @@ class TokenAdjacency:
 
     def __len__(self) -> int:
         return len(self._uni)
+
+    @property
+    def max_entries(self) -> int:
+        """The most successor counts the table can hold (both tiers)."""
+        return 2 * self.capacity * self.keep
+
+    def entries(self) -> int:
+        """Successor counts held now (both tiers)."""
+        return sum(len(row) for tier in (self._uni, self._bi) for row in tier.values())
 
     def learn(self, tokens, prev: int = -1, prev2: int = -1) -> None:
         """Count the transitions inside ``tokens``; ``prev2, prev`` are the two tokens before it (-1 = none)."""

@@ -58,15 +58,33 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting spine must be goose or full, not {out['spine']!r}.")
     return out
 
-_SHARED_TABLE: TokenAdjacency | None = None
+_SHARED_TABLES: dict[int | None, TokenAdjacency] = {}
+# Tables kept per process, one per vocabulary size; one more drops the one made first (a process serves one
+# model, so this only bounds memory where several are built in turn). Each table has its own bound
+# (token_adjacency.TokenAdjacency.max_entries).
+MAX_SHARED_TABLES = 4
 
 
-def shared_table() -> TokenAdjacency:
-    """The process-wide adjacency table: every request learns into it and drafts from it (hot start)."""
-    global _SHARED_TABLE
-    if _SHARED_TABLE is None:
-        _SHARED_TABLE = TokenAdjacency()
-    return _SHARED_TABLE
+def shared_table(vocab_size: int | None = None) -> TokenAdjacency:
+    """The process-wide adjacency table of a vocabulary size: every request of a model learns into it and drafts
+    from it (hot start). Keyed by vocabulary, so ids learned from one model are never proposed to a model that
+    does not have them."""
+    table = _SHARED_TABLES.get(vocab_size)
+    if table is None:
+        while len(_SHARED_TABLES) >= MAX_SHARED_TABLES:
+            del _SHARED_TABLES[next(iter(_SHARED_TABLES))]
+        table = _SHARED_TABLES[vocab_size] = TokenAdjacency()
+    return table
+
+
+def _vocab_size(model_config) -> int | None:
+    """The number of token ids the model scores (vLLM's ModelConfig.get_vocab_size), None when not told."""
+    get = getattr(model_config, "get_vocab_size", None)
+    try:
+        size = int(get()) if callable(get) else None
+    except (TypeError, ValueError, AttributeError):
+        size = None
+    return size if size and size > 0 else None
 
 
 def speculative_config(num_speculative_tokens: int = 8) -> dict:
@@ -78,7 +96,8 @@ class GooseProposer:
     """Batched GOOSE chain proposer for vLLM's ``custom_class`` speculative method."""
 
     def __init__(self, vllm_config=None, *, num_speculative_tokens: int | None = None,
-                 max_model_len: int | None = None, table: TokenAdjacency | None = None, settings: str | None = None):
+                 max_model_len: int | None = None, table: TokenAdjacency | None = None, settings: str | None = None,
+                 vocab_size: int | None = None):
         spec = getattr(vllm_config, "speculative_config", None)
         model = getattr(vllm_config, "model_config", None)
         k = num_speculative_tokens if num_speculative_tokens is not None else getattr(spec, "num_speculative_tokens", None)
@@ -89,12 +108,13 @@ class GooseProposer:
             raise ValueError("GooseProposer needs the model's max_model_len to be at least 2.")
         self.k = int(k)
         self.max_model_len = int(length)
-        self.table = table if table is not None else shared_table()
+        self.vocab_size = vocab_size if vocab_size is not None else _vocab_size(model)
+        self.table = table if table is not None else shared_table(self.vocab_size)
         s = parse_settings(settings if settings is not None else os.environ.get(SETTINGS_ENV))
         self.settings = s
         self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
                             "full_spine": s["spine"] == "full",
-                            "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1))}
+                            "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size}
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
 
     # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load

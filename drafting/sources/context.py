@@ -3,6 +3,7 @@ propose what followed it. The index is incremental: appending tokens never resca
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 
@@ -17,10 +18,15 @@ NO_MATCH = Match(chain=[], ngram=0, occurrences=[])
 
 
 class ContextIndex:
-    """n-gram -> end positions, for each n in ``ngram_sizes``, over prompt + generated tokens."""
+    """n-gram -> end positions, for each n in ``ngram_sizes``, over prompt + generated tokens.
 
-    def __init__(self, ngram_sizes=(3, 2)):
+    ``max_occurrences`` caps the earlier occurrences a lookup reports (the most recent ones), so a lookup costs the
+    same however often its n-gram repeats (a token or bigram repeated tens of thousands of times in a long
+    context); None reports them all."""
+
+    def __init__(self, ngram_sizes=(3, 2), max_occurrences: int | None = None):
         self.sizes = tuple(sorted(set(ngram_sizes), reverse=True))
+        self.max_occurrences = max_occurrences
         self.tokens: list[int] = []
         self._index: dict[int, dict[tuple, list[int]]] = {n: {} for n in self.sizes}
 
@@ -45,7 +51,9 @@ class ContextIndex:
         if end + 1 < n:
             return []
         hits = self._index[n].get(tuple(toks[end - n + 1 : end + 1]), [])
-        return [h for h in hits if h < end]
+        stop = bisect_left(hits, end)  # positions are appended in order: the earlier ones are a prefix
+        start = 0 if self.max_occurrences is None else max(0, stop - self.max_occurrences)
+        return hits[start:stop]
 
     def match(self, max_tokens: int) -> Match:
         """Longest-suffix match, most recent occurrence first; the continuation is at most ``max_tokens``."""
@@ -84,10 +92,12 @@ def match_confidence(chain_len: int, consensus: bool, long_match: int = 8) -> fl
 
 class SpineMatcher(ContextIndex):
     """GOOSE's context matcher: n-gram lengths (5, 4, 3) longest first, a chain of up to ``chain`` tokens,
-    extended up to ``chain_max`` by re-matching from the chain's end while confidence > ``extend_above``."""
+    extended up to ``chain_max`` by re-matching from the chain's end while confidence > ``extend_above``.
+    With ``max_occurrences`` set, consensus is read over that many most recent occurrences."""
 
-    def __init__(self, ngram_sizes=(5, 4, 3), chain: int = 20, chain_max: int = 100, extend_above: float = 0.6):
-        super().__init__(ngram_sizes)
+    def __init__(self, ngram_sizes=(5, 4, 3), chain: int = 20, chain_max: int = 100, extend_above: float = 0.6,
+                 max_occurrences: int | None = None):
+        super().__init__(ngram_sizes, max_occurrences)
         self.chain_len = chain
         self.chain_max = chain_max
         self.extend_above = extend_above
