@@ -82,7 +82,9 @@ def _assert_refused(out, message):
     assert _one_sentence(lines[0])
 
 
-@pytest.mark.parametrize("args, message", CLI_BAD)
+# Every bad value is refused by SamplingParams.check (tested above, value by value); the CLI runs prove each command
+# routes its options through it before the model loads, so one value of each kind per command is enough.
+@pytest.mark.parametrize("args, message", [CLI_BAD[0], CLI_BAD[2], CLI_BAD[3], CLI_BAD[5]])
 def test_bench_refuses_before_loading_the_model(args, message):
     _assert_refused(run_goose("bench", "examples/prompts.jsonl", "--model", NO_MODEL, *args, timeout=120), message)
 
