@@ -79,7 +79,10 @@ class Decoder:
         speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
-        check_fits(prompt_ids, self.max_context)
+        if self.static_shapes and self.max_context < self.lm.max_context:
+            check_fits(prompt_ids, self.max_context, "the static cache (StaticShapes.context) of")
+        else:
+            check_fits(prompt_ids, self.max_context)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, **kw) -> GenerationResult:
         return self.run(prompt_ids, max_new_tokens, **kw).finish()

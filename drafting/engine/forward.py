@@ -32,12 +32,12 @@ class Forward:
     def prefill(self, ids: list[int], cache, logit_rows: int | None = None) -> torch.Tensor:
         """Run ``ids`` as a causal block after the cached prefix; return the logits of its last ``logit_rows``
         positions (None = all; at least the last one), the output layer running on those rows only."""
-        start = cache.get_seq_length()
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        pos = torch.arange(start, start + len(ids), device=self.device)[None]
         trim = logit_rows is not None and logit_rows < len(ids) and self.can_trim_logits
         keep = {"logits_to_keep": max(1, logit_rows)} if trim else {}
-        out = self.model(input_ids=x, position_ids=pos, cache=cache, use_cache=True, **keep)
+        # no position ids: a causal block after the cache is where every model places positions itself, each by
+        # its own rule (RoBERTa-style models offset them past the padding index)
+        out = self.model(input_ids=x, cache=cache, use_cache=True, **keep)
         return out.logits[0]
 
     @torch.inference_mode()
@@ -47,7 +47,10 @@ class Forward:
         if self.unsupported is not None and (draft.rows or len(draft.tree) > 1):
             raise self.unsupported
         ids, pos, mask = step_inputs(draft, prefix_len, self.dtype, self.device, self.layout)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
+        if mask is None:  # a chain after the cache: the model's own positions and mask, as in prefill
+            out = self.model(input_ids=ids, cache=cache, use_cache=True)
+        else:
+            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
         return out.logits[0]
 
 

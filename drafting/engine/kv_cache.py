@@ -3,7 +3,8 @@
 transformers' ``DynamicCache`` grows each layer with ``torch.cat``, which copies the whole cache every step.
 Here each layer keeps one buffer with spare room (grown by doubling) holding keys and values side by side, and
 exposes views of its filled part, so a step writes only its new rows, cropping rejected tree rows is free, and
-keeping an accepted tree path is one gather per layer.
+keeping an accepted tree path is one gather per layer. Doubling stops at the model's context length: a decoder
+never holds more (its steps are cut to the room left), so a buffer past it would be memory never written.
 
 Sliding-window layers are kept whole as well: transformers' sliding layers drop tokens that fell out of the
 window, and after a tree step (rows past the window's end, then compaction) they would no longer hold the
@@ -25,7 +26,13 @@ REPLACEABLE = (DynamicLayer, DynamicSlidingWindowLayer)
 
 class BufferedLayer(DynamicLayer):
     """A ``DynamicLayer`` whose ``keys``/``values`` are views of one preallocated buffer (two if their shapes
-    differ)."""
+    differ). ``limit``: the most tokens it is grown to by doubling (None = no limit); a need beyond it is met
+    exactly at first, then by doubling again (a caller that runs past the model's context, such as a cost
+    measurement, still gets room)."""
+
+    def __init__(self, limit: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.limit = limit
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -49,6 +56,8 @@ class BufferedLayer(DynamicLayer):
         if self._capacity() >= need:
             return
         cap = max(INITIAL_CAPACITY, need, 2 * self._capacity())
+        if self.limit is not None and need <= self.limit:
+            cap = min(cap, self.limit)
         n = self.keys.shape[2]
         old_k, old_v = self.keys, self.values
         if like_k.shape == like_v.shape and like_k.dtype == like_v.dtype:
@@ -87,9 +96,19 @@ class BufferedLayer(DynamicLayer):
         super().reset()
 
 
-def new_cache(config) -> DynamicCache:
+def context_length(config) -> int | None:
+    """The model's context window as its config states it (``max_position_embeddings``, which configs with
+    another name for it map to), None when it states none (ALiBi and recurrent models have no fixed window)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    found = getattr(text, "max_position_embeddings", None)
+    return int(found) if isinstance(found, int) and found > 0 else None
+
+
+def new_cache(config, max_tokens: int | None = None) -> DynamicCache:
     """A ``DynamicCache`` for ``config`` whose attention layers (full and sliding-window) are buffered and kept
-    whole; other kinds of layer (refused for tree steps by drafting.engine.model_support) keep transformers' own."""
+    whole, each grown up to ``max_tokens`` (default: the model's context length); other kinds of layer (refused
+    for tree steps by drafting.engine.model_support) keep transformers' own."""
+    limit = max_tokens if max_tokens is not None else context_length(config)
     cache = DynamicCache(config=config)
-    cache.layers = [BufferedLayer() if type(layer) in REPLACEABLE else layer for layer in cache.layers]
+    cache.layers = [BufferedLayer(limit) if type(layer) in REPLACEABLE else layer for layer in cache.layers]
     return cache

@@ -1,9 +1,10 @@
-"""What the Decoder accepts: allow-lists of attention implementations and cache layer kinds, and the attention
+"""What the Decoder accepts: allow-lists of model families, attention implementations and cache layer kinds, and the attention
 layout (which layers see a window, and how masks are handed to the model) that tree steps need.
 
 A tree step replaces the model's own mask with one goose builds, and compacts the KV cache afterwards. That is
-exact only where goose knows the rule each layer applies and can roll back what each layer stores, so anything
-outside these lists is refused with one sentence instead of being decoded silently wrong.
+exact only where goose knows the rule each layer applies, can roll back what each layer stores and the family
+takes the positions and mask goose gives it (proven per family by a test), so anything outside these lists is
+refused with one sentence instead of being decoded silently wrong.
 """
 
 from __future__ import annotations
@@ -24,6 +25,42 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", GROUPED)
 # (drafting.engine.kv_cache), so compaction is a gather along the sequence.
 LAYER_RULES = {"full_attention": None, "sliding_attention": "window", "chunked_attention": "chunk"}
 
+
+# Families (the decoder's ``model_type``) on which tree steps are proven exact: tests/faults/test_architectures.py
+# builds a tiny random model of each and checks every tree node's logits against the model's own sequential
+# pass. A family not listed is refused, so a model goose never checked is never decoded silently differently;
+# adding one is a name here and nothing else, since the test reads this set.
+EXACT_FAMILIES = frozenset("""
+    afmoe apertus apertus1p5_text arcee aria_text beam biogpt bitnet codegen cohere cohere2 cohere2_moe ctrl cwm
+    diffllama doge dots1 ernie4_5 ernie4_5_moe exaone exaone4 exaone_moe falcon flex_olmo flint gemma gemma2
+    gemma3_text glm glm4 glm4_moe gpt-sw3 gpt2 gpt_bigcode gpt_neox gpt_neox_japanese gpt_oss gptj granite
+    granite_swa granitemoe granitemoe_swa granitemoeshared helium hrm_text hunyuan_v1_dense hunyuan_v1_moe hy_v3
+    hyperclovax internlm3 iquestcoder jais2 jetmoe kolibri1 laguna llama llama4_text mellum mimo_v2_flash
+    minimax_m2 minimax_m3_vl_text ministral ministral3 mistral mixtral modernbert-decoder moshi nanochat nemotron
+    olmo olmo2 olmo3 olmoe opt persimmon phi phi3 phimoe qwen2 qwen2_moe qwen3 qwen3_moe sarvam_moe seed_oss
+    smollm3 solar_open stablelm starcoder2 vaultgemma whisper xglm
+""".split())
+
+ALIBI = ("adds ALiBi biases built from a plain padding mask and each key's index, which a tree mask and a tree's "
+         "repeated positions do not fit")
+COUNTED_POSITIONS = ("counts positions from how many rows come after the cache instead of taking position ids, so "
+                     "tree rows would get positions by their order rather than their depth")
+ENCODER = ("is an encoder family whose positions (offset past the padding index) and bidirectional attention goose "
+           "does not set for a tree")
+
+# Families refused for a reason worth naming; the rest of those not proven exact get a plain sentence.
+REFUSED_FAMILIES = {
+    **dict.fromkeys(("bloom", "mpt"), ALIBI),
+    **dict.fromkeys(("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+                     "pegasus", "plbart", "prophetnet", "trocr", "xlnet", "openai-gpt", "cpmant"),
+                    COUNTED_POSITIONS),
+    **dict.fromkeys(("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+                     "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+                     "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod"), ENCODER),
+}
+
+# Config switches that turn on ALiBi in a family otherwise proven exact (Falcon's first models).
+ALIBI_SWITCHES = ("alibi",)
 
 # Config switches under which a model computes something from a row's index in the step instead of its position
 # (transformers' Llama 4 derives its attention temperature from ``arange(rows) + cached``), so tree rows, whose
@@ -78,6 +115,17 @@ def _source_takes_mask_per_type(kinds: tuple) -> bool:
     return False
 
 
+def _check_family(text_config, name: str) -> None:
+    family = getattr(text_config, "model_type", "") or "custom"
+    if family not in EXACT_FAMILIES:
+        reason = REFUSED_FAMILIES.get(family, "belongs to a family on which goose has not proven tree steps exact")
+        raise UnsupportedModelError(f"{name} ({family}) {reason}; run it with the speculator 'ar' only.")
+    for switch in ALIBI_SWITCHES:
+        if getattr(text_config, switch, False) is True:
+            raise UnsupportedModelError(f"{name} ({family} with {switch}=True) {ALIBI}; run it with the speculator "
+                                        f"'ar' only.")
+
+
 def attention_layout(net, name: str = "the model") -> AttentionLayout:
     """The layout of ``net``, or UnsupportedModelError (one sentence) when goose cannot verify trees on it exactly."""
     config = net.config
@@ -97,7 +145,12 @@ def attention_layout(net, name: str = "the model") -> AttentionLayout:
                 f"({switch}), which a tree breaks; set {switch}=False in its config or run it with the speculator "
                 f"'ar' only."
             )
-    types, kwargs = _layer_types(config)
+    try:
+        types, kwargs = _layer_types(config)
+    except Exception:  # a config transformers cannot read layer by layer: its family decides the sentence
+        _check_family(text, name)
+        raise
+
     rules: dict = {}
     for layer_type, kw in zip(types, kwargs):
         if layer_type not in LAYER_RULES:
@@ -112,6 +165,7 @@ def attention_layout(net, name: str = "the model") -> AttentionLayout:
                 f"{name} gives its {layer_type!r} layers different windows, which goose cannot mask per layer; run "
                 f"it with the speculator 'ar' only."
             )
+    _check_family(text, name)  # after the layer kinds: a recurrent or hybrid cache is the reason worth naming
     per_type = len(rules) > 1
     if per_type and not _takes_mask_per_type(net):
         raise UnsupportedModelError(

@@ -3,7 +3,9 @@
 On CUDA a plain ``torch.tensor(values, device="cuda")`` copies from pageable memory and makes the host wait for
 the GPU. Here the values go through a pinned host buffer and an asynchronous copy instead; the buffer is reused
 step after step, so before refilling it the host waits only for its own previous copy (long done by then, since
-every step ends with the acceptance decision reading the logits). Elsewhere a plain tensor is made.
+every step ends with the acceptance decision reading the logits). On any other device (CPU, or an accelerator
+such as ``mps`` or ``xpu`` that a library caller placed a model on) a plain tensor is made and copied there, so
+the values always land on the device that was asked for.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class Staging:
         """``values`` (a list or numpy array of ints, any shape) as a flat int64 tensor on ``device``."""
         device = torch.device(device)
         if device.type != "cuda":
-            return torch.as_tensor(np.asarray(values, dtype=np.int64).reshape(-1))
+            return torch.as_tensor(np.asarray(values, dtype=np.int64).reshape(-1)).to(device)
         arr = np.asarray(values, dtype=np.int64).reshape(-1)
         buf, event = self._buf.get(device, (None, None))
         if event is not None:

@@ -1,4 +1,4 @@
-"""Static step shapes (opt-in, not yet measured on a GPU): a KV cache preallocated to the whole context and tree
+"""Static step shapes (opt-in, not yet measured on a GPU): a KV cache preallocated to a fixed context and tree
 sizes rounded up to a few buckets, so every step forward has one of a few fixed shapes that CUDA graphs can
 capture (``torch.compile(mode="reduce-overhead")``) and replay without per-kernel launch costs.
 
@@ -22,6 +22,11 @@ from drafting.engine.forward import Forward
 
 DEFAULT_BUCKETS = (1, 4, 16, 64, 128)
 
+# Tokens the static cache holds when the option names none. Not the model's whole window: some models state
+# 128k tokens, and every step attends over the whole preallocated cache, so a window-sized buffer would cost
+# that memory and that attention on every step of every prompt. Longer contexts are asked for by name.
+DEFAULT_CONTEXT = 4096
+
 
 class StaticShapeError(ValueError):
     """The static-shapes option cannot serve this model or setting; one sentence."""
@@ -34,7 +39,7 @@ class StaticShapes:
 
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     compile: bool = False
-    context: int | None = None  # tokens the cache holds (None = the model's context window); every step attends to all
+    context: int | None = None  # tokens the cache holds (None = DEFAULT_CONTEXT, at most the model's window); every step attends to all
 
     def bucket(self, n: int) -> int:
         for b in self.buckets:
@@ -107,7 +112,7 @@ class StaticForward(Forward):
         if getattr(model.config, "sliding_window", None) or getattr(model.config, "attention_chunk_size", None):
             raise StaticShapeError("Static shapes need a model whose every layer attends to the whole context.")
         self.shapes = shapes
-        self.context = min(max_context, shapes.context or max_context)
+        self.context = min(max_context, shapes.context or DEFAULT_CONTEXT)
         self.capacity = self.context + max(shapes.buckets)
         self.write_at = torch.zeros(self.capacity, dtype=torch.long, device=device)
         if hasattr(torch, "_dynamo"):

@@ -31,13 +31,23 @@ def embedded_gguf() -> Path:
     return packaged_gguf(PackagedModel(title="The embedded model", package=EMBEDDED_PACKAGE, install=EMBEDDED_INSTALL))
 
 
+# torch devices goose was never checked on (its step inputs, phase clock and weight formats know cpu and cuda),
+# refused by name rather than run half-supported
+OTHER_ACCELERATORS = ("mps", "xpu", "hpu", "npu", "mtia", "xla", "ipu", "privateuseone")
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ModelError("CUDA was asked for (--device cuda) but no CUDA GPU is available here; use --device cpu.")
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+    kind = device.split(":")[0]
+    if kind in OTHER_ACCELERATORS:
+        raise ModelError(f"goose runs models on cpu or cuda only, not {kind} (--device {device}).")
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise ModelError(f"Unknown device {device!r}; use auto, cpu or cuda.")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"CUDA was asked for (--device {device}) but no CUDA GPU is available here; use --device cpu.")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise ModelError(f"There is no GPU {device!r} here: this machine has {torch.cuda.device_count()} CUDA GPUs.")
     return torch.device(device)
 
 
