@@ -4,12 +4,17 @@ transformers model object the caller already has (left as it was found, see draf
 
 Models goose loads are kept for the life of the process, one per (model, device, dtype, weights), together
 with one decoder per speculator spec, so a loop of calls loads once and the speculators' learned tables stay
-warm from call to call. A call with a ``seed`` runs a fresh speculator, so the same seed gives the same text.
+warm from call to call. A call with a ``seed`` runs a fresh speculator, so the same seed gives the same text,
+and so does a call made while the kept decoder is still serving an open stream: no two generations share a
+speculator's state. Threads may call in at once: one step runs on a model at a time (``_model_lock``).
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
@@ -19,6 +24,12 @@ from drafting.speculators import DEFAULT_SPECULATOR
 
 _MODELS: dict = {}  # (model, device, dtype, weights) -> LoadedModel
 _DECODERS: dict = {}  # (model key, speculator spec) -> Decoder
+_CLAIMS: dict = {}  # (model key, speculator spec) -> weak reference to the state of the stream using that decoder
+# held while the tables above (and the two below) change, never while a model runs; re-entrant, since the garbage
+# collector may end a dropped stream (which gives its borrowed model back) inside a block that holds it
+_TABLES = threading.RLock()
+_MODEL_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # network -> its RLock
+_BORROWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # caller's network -> [streams, its restore]
 
 
 @dataclass
@@ -52,9 +63,11 @@ def embedded_model_folder() -> str:
 
 
 def forget_models() -> None:
-    """Drop every model and decoder this process keeps (frees their memory)."""
-    _MODELS.clear()
-    _DECODERS.clear()
+    """Drop every model and decoder this process keeps (frees their memory once no open stream uses them)."""
+    with _TABLES:
+        _MODELS.clear()
+        _DECODERS.clear()
+        _CLAIMS.clear()
 
 
 def generate(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPECULATOR, max_new_tokens: int = 128,
@@ -78,28 +91,44 @@ def stream(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPEC
     stops = _check_options(max_new_tokens, temperature, top_k, top_p, seed, stop)
     lm, key = _model(model, tokenizer, device, dtype, weights)
     prompt_ids = _encode(lm.tokenizer, prompt, chat)
-    if getattr(lm, "borrowed", False):
-        from drafting.models.borrowed import borrowed
-
-        with borrowed(lm.model):  # a tree speculator may time the model's forward passes as it will run
-            decoder = _decoder(lm, key, speculator, fresh=True)
-    else:
-        decoder = _decoder(lm, key, speculator, fresh=seed is not None)
+    state = _StreamState()
+    # a tree speculator may time the model's forward passes as it will run: on the model's lock, borrowed
+    with _model_lock(lm.model), _borrowing(lm):
+        decoder = _decoder(lm, key, speculator, fresh=seed is not None, claim=state)
     from drafting.engine.acceptance import make_acceptor
     from drafting.engine.sampling import SamplingParams
 
     acceptor = make_acceptor(SamplingParams(temperature, top_k, top_p, seed))  # this call's own, not the decoder's
-    decoder.check_fits(prompt_ids)  # ContextError (one sentence) before anything runs
-    return Stream(lm, decoder, prompt_ids, max_new_tokens, stops, acceptor)
+    try:
+        decoder.check_fits(prompt_ids)  # ContextError (one sentence) before anything runs
+    except Exception:
+        state.open = False
+        raise
+    return Stream(lm, decoder, prompt_ids, max_new_tokens, stops, acceptor, state)
+
+
+class _StreamState:
+    """What a stream's generator shares with its ``Stream``: whether it is still open (while it is, and alive, the
+    kept decoder it uses is claimed: other calls get a fresh one) and, once it ends, its ``Generation``. Kept apart
+    from the ``Stream`` so the generator holds no reference to it: a stream dropped unfinished is freed at once,
+    and its claim with it."""
+
+    open = True
+    generation: Generation | None = None
 
 
 class Stream:
     """An answer being generated: iterate for pieces; ``generation`` once done (or after ``close``)."""
 
-    def __init__(self, lm, decoder, prompt_ids: list[int], max_new_tokens: int, stops: list[str], acceptor):
+    def __init__(self, lm, decoder, prompt_ids: list[int], max_new_tokens: int, stops: list[str], acceptor,
+                 state: _StreamState | None = None):
         self.lm = lm
-        self.generation: Generation | None = None
-        self._it = self._run(decoder, prompt_ids, max_new_tokens, stops, acceptor)
+        self._state = state or _StreamState()
+        self._it = _run(lm, decoder, prompt_ids, max_new_tokens, stops, acceptor, self._state)
+
+    @property
+    def generation(self) -> Generation | None:
+        return self._state.generation
 
     def __iter__(self) -> Iterator[Piece]:
         return self
@@ -109,48 +138,51 @@ class Stream:
 
     def close(self) -> None:
         self._it.close()
+        self._state.open = False  # also for a stream never iterated, whose generator never ran its cleanup
 
-    def _run(self, decoder, prompt_ids, max_new_tokens, stops, acceptor) -> Iterator[Piece]:
-        from contextlib import nullcontext
 
-        from drafting.models.detokenize import Detokenizer
-        from drafting.models.borrowed import borrowed
+def _run(lm, decoder, prompt_ids, max_new_tokens, stops, acceptor, state: _StreamState) -> Iterator[Piece]:
+    from drafting.models.detokenize import Detokenizer
 
-        lm = self.lm
-        detok = Detokenizer(lm.tokenizer, lm.eos_ids)
-        out: list[int] = []
-        records: list[StepRecord] = []
-        reason = ""
-        steps = decoder.run(prompt_ids, max_new_tokens, acceptor=acceptor)
-        result = steps.result
-        guard = borrowed(lm.model) if getattr(lm, "borrowed", False) else nullcontext()
-        try:
-            with guard:
-                for record in steps:
-                    records.append(record)
-                    text = []
-                    for token in record.emitted:
-                        out.append(token)
-                        before = len(detok.text)
-                        piece = detok.push(token)
-                        text.append(piece)
-                        if piece and _stop_hit(detok.text, before, stops):
-                            reason = "stop"
-                            break
-                    if reason:
-                        steps.close()
-                    yield Piece("".join(text), record)
-                    if reason:
+    detok = Detokenizer(lm.tokenizer, lm.eos_ids)
+    out: list[int] = []
+    records: list[StepRecord] = []
+    reason = ""
+    steps = decoder.run(prompt_ids, max_new_tokens, acceptor=acceptor)
+    result = steps.result
+    lock = _model_lock(lm.model)
+    try:
+        with _borrowing(lm):
+            while True:
+                with lock:  # one step at a time on a model: other streams and threads take turns between steps
+                    record = next(steps, None)
+                if record is None:
+                    break
+                records.append(record)
+                text = []
+                for token in record.emitted:
+                    out.append(token)
+                    before = len(detok.text)
+                    piece = detok.push(token)
+                    text.append(piece)
+                    if piece and _stop_hit(detok.text, before, stops):
+                        reason = "stop"
                         break
-                tail = detok.flush()
-                if tail and records:
-                    yield Piece(tail, records[-1])
-        finally:
-            steps.close()
-            self.generation = Generation(
-                text=detok.text, token_ids=out, stop_reason=reason or (result.stop_reason if result else ""),
-                stats=_stats(result, records, len(out)), prompt_ids=list(prompt_ids), records=records,
-            )
+                if reason:
+                    steps.close()
+                yield Piece("".join(text), record)
+                if reason:
+                    break
+            tail = detok.flush()
+            if tail and records:
+                yield Piece(tail, records[-1])
+    finally:
+        steps.close()
+        state.open = False
+        state.generation = Generation(
+            text=detok.text, token_ids=out, stop_reason=reason or (result.stop_reason if result else ""),
+            stats=_stats(result, records, len(out)), prompt_ids=list(prompt_ids), records=records,
+        )
 
 
 def _stop_hit(text: str, before: int, stops: list[str]) -> bool:
@@ -216,14 +248,55 @@ def _model(model, tokenizer, device: str, dtype: str, weights: str):
     if tokenizer is not None:
         raise ValueError("tokenizer= goes with a model object; a model goose loads brings its own tokenizer.")
     key = (model, device, dtype, weights)
-    if key not in _MODELS:
-        from drafting.models.loader import load_model
+    with _TABLES:  # two threads asking for one model load it once
+        if key not in _MODELS:
+            from drafting.models.loader import load_model
 
-        _MODELS[key] = load_model(model, device=device, dtype=dtype, weights=weights)
-    return _MODELS[key], key
+            _MODELS[key] = load_model(model, device=device, dtype=dtype, weights=weights)
+        return _MODELS[key], key
 
 
-def _decoder(lm, key, speculator: str, fresh: bool):
+def _model_lock(net):
+    """The lock a step on ``net`` runs under: threads and interleaved streams on one model take turns step by step
+    (re-entrant, so a step's own work may take it again); different models run at once."""
+    with _TABLES:
+        lock = _MODEL_LOCKS.get(net)
+        if lock is None:
+            lock = _MODEL_LOCKS[net] = threading.RLock()
+        return lock
+
+
+@contextmanager
+def _borrowing(lm):
+    """While any stream runs on a caller's model, goose's tree attention is switched on (drafting.models.borrowed):
+    the first to start switches it, the last to end puts the model's own back, so one ending never changes the
+    attention under another still running. Nothing for a model goose loaded."""
+    net = lm.model if getattr(lm, "borrowed", False) else None
+    if net is None:
+        yield
+        return
+    from drafting.models.borrowed import borrowed
+
+    with _TABLES:
+        entry = _BORROWS.get(net)
+        if entry is None:
+            restore = ExitStack()
+            restore.enter_context(borrowed(net))
+            entry = _BORROWS[net] = [0, restore]
+        entry[0] += 1
+    try:
+        yield
+    finally:
+        with _TABLES:
+            entry[0] -= 1
+            if entry[0] == 0:
+                del _BORROWS[net]
+                entry[1].close()
+
+
+def _decoder(lm, key, speculator: str, fresh: bool, claim: _StreamState):
+    """The kept decoder of (model, spec), claimed for this call; a fresh one for a seeded call, a caller's model,
+    or while the kept one serves a stream still open (each generation owns its speculator's state)."""
     from drafting.engine.decode import Decoder
     from drafting.machine.step_hooks import machine_hooks
     from drafting.speculators import create
@@ -234,9 +307,24 @@ def _decoder(lm, key, speculator: str, fresh: bool):
     if key is None or fresh:
         return Decoder(lm, spec, hooks=machine_hooks())  # UnsupportedModelError for a tree speculator on a sliding-window model
     dkey = (key, spec.spec())
-    if dkey not in _DECODERS:
-        _DECODERS[dkey] = Decoder(lm, spec, hooks=machine_hooks())
-    return _DECODERS[dkey]
+    with _TABLES:
+        kept = _DECODERS.get(dkey)
+        if kept is not None and not _in_use(dkey):
+            _CLAIMS[dkey] = weakref.ref(claim)
+            return kept
+    decoder = Decoder(lm, spec, hooks=machine_hooks())
+    if kept is None:
+        with _TABLES:
+            if dkey not in _DECODERS:  # else another thread kept one meanwhile: this one serves this call alone
+                _DECODERS[dkey] = decoder
+                _CLAIMS[dkey] = weakref.ref(claim)
+    return decoder
+
+
+def _in_use(dkey) -> bool:
+    ref = _CLAIMS.get(dkey)
+    claim = ref() if ref is not None else None
+    return claim is not None and claim.open  # a stream dropped unfinished is freed, and its claim with it
 
 
 def _encode(tokenizer, prompt, chat: bool) -> list[int]:

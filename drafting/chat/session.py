@@ -12,6 +12,7 @@ prefill logits and has not seen this conversation yet gets a full prefill. No UI
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Callable, Iterator
 
 from drafting.engine.decode import Decoder, GenerationResult
@@ -74,6 +75,7 @@ class ChatSession:
         self._cache = None
         self._cached_ids: list[int] = []  # the tokens self._cache holds, in order
         self._seen: set[int] = set()  # decoders (by id) whose speculator has observed this cached conversation
+        self._answering = None  # weak reference to the latest ask()'s stream: the one the cache belongs to
         self.new_conversation()
 
     @property
@@ -111,15 +113,28 @@ class ChatSession:
         if reuse and id(self.decoder) not in self._seen and self.decoder.speculator.prefill_logit_rows != 0:
             reuse = False  # its adjacency table would miss this conversation's prefill logits
         keep = min(common_prefix(self._cached_ids, ids), len(ids) - 1) if reuse else 0
+        keep = self._crop_layers(keep) if keep else 0
         if keep == 0:
             self.drop_cache()
             self._cache = new_cache(self.lm.model.config)
             return self._cache
-        extra = self._cache.get_seq_length() - keep
-        if extra > 0:
-            self._cache.crop(-extra)
         self._cached_ids = self._cached_ids[:keep]
         return self._cache
+
+    def _crop_layers(self, n: int) -> int:
+        """Crop every layer of the kept cache to its first ``n`` tokens, or to the shortest layer's length where
+        one holds fewer (a step or a crop interrupted midway leaves layers of different lengths, and a layer
+        cropped by a count from another's length would keep stale keys or lose good ones); the length kept, 0
+        when a layer holds nothing."""
+        layers = getattr(self._cache, "layers", None) or []
+        if not layers or any(layer.keys is None for layer in layers):
+            return 0
+        keep = min([n] + [layer.keys.shape[2] for layer in layers])
+        for layer in layers:
+            extra = layer.keys.shape[2] - keep
+            if extra > 0:
+                layer.crop(-extra)
+        return keep
 
     def _after_turn(self, ids: list[int], out: list[int]) -> None:
         """Leave the cache holding prompt + answer but the last token. A step cut at an EOS or at the token
@@ -127,24 +142,33 @@ class ChatSession:
         unverified tree (or, inside a prefill, some layers shorter than others): every layer is cropped to the
         shortest, which all hold in order, and the cache remembers that many tokens."""
         held = (ids + out)[:-1]
-        layers = getattr(self._cache, "layers", None) or []
-        if not layers or any(layer.keys is None for layer in layers):
+        keep = self._crop_layers(len(held))
+        if keep == 0:
             self.drop_cache()
             return
-        keep = min([len(held)] + [layer.keys.shape[2] for layer in layers])
-        for layer in layers:
-            extra = layer.keys.shape[2] - keep
-            if extra > 0:
-                layer.crop(-extra)
         self._cached_ids = held[:keep]
         self._seen.add(id(self.decoder))
 
     def ask(self, text: str, should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[StepRecord, float]]:
         """Stream the answer to ``text`` as (record, seconds of decoding so far, prefill excluded).
 
-        The answer joins the history when the stream ends, also when it was stopped early; a prompt that does
-        not fit the context raises ContextError and leaves the history as it was.
+        The answer joins the history when the stream ends, also when it was stopped early (an earlier answer still
+        being streamed ends here: its cache is this one's). A prompt that does not fit the context raises
+        ContextError, and a turn that fails before any token of its answer raises its error; either leaves the
+        history as it was.
         """
+        earlier = self._answering() if self._answering is not None else None
+        if earlier is not None:
+            try:
+                earlier.close()  # its partial answer joins the history, as if it had been stopped
+            except ValueError:
+                raise ValueError("An earlier answer of this chat is still being generated in another thread; "
+                                 "stop it before asking again.") from None
+        turn = self._turn(text, should_stop)
+        self._answering = weakref.ref(turn)
+        return turn
+
+    def _turn(self, text: str, should_stop: Callable[[], bool] | None) -> Iterator[tuple[StepRecord, float]]:
         t_ask = time.perf_counter()
         self.messages.append({"role": "user", "content": text})
         try:
@@ -155,14 +179,15 @@ class ChatSession:
             raise
         self.turns += 1
         self.first_token_s = None
-        cache = self._cache_for(ids)
-        self.prefilled = len(ids) - 1 - cache.get_seq_length()
-        self.prompt_tokens = len(ids)
-        if self.writer is not None:
-            self.writer.section({"turn": self.turns, "prompt": text, "speculator": self.speculator,
-                                 "prompt_tokens": len(ids), "prefilled": self.prefilled})
         out: list[int] = []
+        answered = True
         try:
+            cache = self._cache_for(ids)
+            self.prefilled = len(ids) - 1 - cache.get_seq_length()
+            self.prompt_tokens = len(ids)
+            if self.writer is not None:
+                self.writer.section({"turn": self.turns, "prompt": text, "speculator": self.speculator,
+                                     "prompt_tokens": len(ids), "prefilled": self.prefilled})
             run = self.decoder.run(ids, self.max_new_tokens, should_stop=should_stop, cache=cache)
             result = self.last_result = run.result
             for record in run:
@@ -172,9 +197,17 @@ class ChatSession:
                 if self.writer is not None:
                     self.writer.write(record)
                 yield record, result.wall_s - result.prefill_s
+        except GeneratorExit:  # closed: stopped like should_stop, whatever it had answered joins the history
+            raise
+        except BaseException:
+            answered = bool(out)  # a turn that failed before its answer leaves no user message without one
+            raise
         finally:
             self._after_turn(ids, out)
-            self.messages.append({"role": "assistant", "content": decode(self.lm.tokenizer, out, self.lm.eos_ids)})
+            if answered:
+                self.messages.append({"role": "assistant", "content": decode(self.lm.tokenizer, out, self.lm.eos_ids)})
+            else:
+                self.messages.pop()
 
     def close(self) -> None:
         if self.writer is not None:

@@ -5,7 +5,8 @@ capture (``torch.compile(mode="reduce-overhead")``) and replay without per-kerne
 Each step attends over the whole preallocated cache; columns past the filled part are hidden by the mask, and
 padding rows (bucket minus real rows) only see themselves, so they never change a real row's logits. Their KV
 is written past the end and overwritten later. The cache is allocated once per model and reused across
-prompts, because a compiled step is specialised on the cache object it was traced with.
+prompts (and decoders), because a compiled step is specialised on the cache object it was traced with; it lives
+as long as a decoder uses it, so dropping the model and its decoders frees both.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ class FixedLayer(DynamicLayer):
         self.length = 0  # the buffers stay: stale rows are hidden by the mask and overwritten
 
 
-_SHARED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+# (id of the model, option) -> its StaticForward, held by the decoders using it; the table holds it weakly, since a
+# StaticForward holds its model (a table that held it would keep every model alive for the life of the process)
+_SHARED: "weakref.WeakValueDictionary[tuple, StaticForward]" = weakref.WeakValueDictionary()
 
 
 class StaticForward(Forward):
@@ -128,10 +131,11 @@ class StaticForward(Forward):
     @classmethod
     def shared(cls, lm, shapes: StaticShapes) -> "StaticForward":
         """One per model and option, shared by its decoders (which run one at a time): one cache, one compile."""
-        per_model = _SHARED.setdefault(lm.model, {})
-        if shapes not in per_model:
-            per_model[shapes] = cls(lm.model, lm.dtype, lm.device, lm.max_context, shapes)
-        return per_model[shapes]
+        key = (id(lm.model), shapes)
+        shared = _SHARED.get(key)
+        if shared is None or shared.model is not lm.model:  # a live one holds its model, so ids match only it
+            shared = _SHARED[key] = cls(lm.model, lm.dtype, lm.device, lm.max_context, shapes)
+        return shared
 
     def new_cache(self) -> DynamicCache:
         if self._cache is None:

@@ -16,6 +16,7 @@ the ``generate()`` call that invoked this function. The model is left as it was 
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 
 import torch
@@ -30,7 +31,11 @@ from drafting.speculators import create
 
 # logits processors whose effect the tree sampler reproduces from the generation config
 _WARPERS = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"}
-_WARM: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {spec: Speculator} (greedy runs)
+# model -> {spec: Speculator} kept warm between greedy runs. Keyed weakly, so the caller's model is freed when the
+# caller drops it: a speculator keeps only what it learned and its cost curve, never the model (a value that held
+# its weak key would keep it alive for the life of the process). A call takes its speculator out while it runs.
+_WARM: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_WARM_LOCK = threading.Lock()
 
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, speculator="goose",
@@ -55,8 +60,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     n = start
     if max_new > 0:
         with borrowed(model):
-            decoder = Decoder(lm, _speculator(model, speculator, warm=params.greedy), acceptor=make_acceptor(params),
-                              hooks=machine_hooks())
+            spec = _speculator(model, speculator, warm=params.greedy)
+            decoder = Decoder(lm, spec, acceptor=make_acceptor(params), hooks=machine_hooks())
             steps = decoder.run(input_ids[0].tolist(), max_new)
             try:
                 for record in steps:
@@ -73,6 +78,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
                         break
             finally:
                 steps.close()
+                if params.greedy:
+                    _keep_warm(model, speculator, spec)
     if streamer is not None:
         streamer.end()
     sequences = seq[:, :n].clone()
@@ -83,18 +90,27 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
 
 def _speculator(model, spec: str, warm: bool):
     """A speculator for ``spec``; in greedy runs the same model keeps one per spec, so its learned tables stay
-    warm from call to call (greedy output never depends on them)."""
+    warm from call to call (greedy output never depends on them). The kept one is taken out of the table for
+    this call (``_keep_warm`` puts it back): a call made meanwhile, from another thread, gets a fresh one, so no
+    two generations share a speculator's state."""
     if not isinstance(spec, str):
         raise ValueError(f"speculator must be a spec string such as 'goose' or 'pld:draft=8', not {spec!r}.")
     if not warm:
         return create(spec)
-    try:
-        kept = _WARM.setdefault(model, {})
-    except TypeError:  # a model that cannot be weakly referenced: no warm start
-        return create(spec)
-    if spec not in kept:
-        kept[spec] = create(spec)
-    return kept[spec]
+    with _WARM_LOCK:
+        try:
+            kept = _WARM.get(model, {}).pop(spec, None)
+        except TypeError:  # a model that cannot be weakly referenced: no warm start
+            kept = None
+    return kept if kept is not None else create(spec)
+
+
+def _keep_warm(model, spec: str, speculator) -> None:
+    with _WARM_LOCK:
+        try:
+            _WARM.setdefault(model, {}).setdefault(spec, speculator)
+        except TypeError:
+            pass
 
 
 def _check(input_ids, logits_processor, gc, model_kwargs) -> None:

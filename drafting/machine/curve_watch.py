@@ -14,13 +14,16 @@ every step (``note_step``); a watch registered for the model (``watch``) collect
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 from typing import Callable
 
+from drafting.engine.loaded_model import LoadedModel
 from drafting.machine.load import LoadMeter
 
 DRIFT = 0.25
 WINDOW = 8  # one-row steps per check
 
+# keyed weakly by the model: a watch must never hold its model (see ``detached``), or the model lives for ever
 _WATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> CurveWatch
 _LISTENERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> further watches
 _NOTICES: list[str] = []
@@ -30,7 +33,7 @@ _SAID: set[str] = set()
 class CurveWatch:
     def __init__(self, cost, rebuild: Callable[[], object]):
         self.cost = cost  # drafting.machine.cost_curve.PrefixCost, replaced in place on a re-measure
-        self.rebuild = rebuild  # measures afresh and returns a new PrefixCost
+        self.rebuild = rebuild  # measures afresh and returns a new PrefixCost; holds its model weakly (``detached``)
         self.ratios: list[float] = []
         self.remeasured = 0
         self.busy: str | None = None  # set once the machine was seen oversubscribed
@@ -68,6 +71,22 @@ class CurveWatch:
         self.cost.short_prefix, self.cost.long_prefix = fresh.short_prefix, fresh.long_prefix
         self.remeasured += 1
         self._meter = LoadMeter().start()
+
+
+def detached(lm: LoadedModel, measure: Callable[[LoadedModel], object]) -> Callable[[], object]:
+    """``measure(lm)`` as a watch's ``rebuild`` that holds the network weakly, and ``lm`` not at all: a watch is a
+    value of a table keyed weakly by the model, so one that held its model would keep it alive for the life of
+    the process. Called only while a run on the model starts (``settle``), when the model is alive."""
+    net = weakref.ref(lm.model)
+    description = replace(lm, model=None, verify_cost=None)  # what measuring reads besides the network
+
+    def rebuild():
+        model = net()
+        if model is None:
+            raise RuntimeError("The model of this cost curve was freed; nothing is left to measure.")
+        return measure(replace(description, model=model))
+
+    return rebuild
 
 
 def watch(model, cost, rebuild: Callable[[], object]) -> CurveWatch:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from drafting.engine.loaded_model import LoadedModel
 from drafting.machine.cost_curve import at_two_lengths, measure
-from drafting.machine.curve_watch import CurveWatch, listen, watch_of
+from drafting.machine.curve_watch import CurveWatch, detached, listen, watch_of
 
 
 class PlainBaseline:
@@ -21,12 +21,9 @@ class PlainBaseline:
         shared = watch_of(lm.model)
         if shared is not None:
             self.watch = shared
-        else:
-            self.watch = listen(lm.model, CurveWatch(self._one_row_cost(), self._one_row_cost))
+        else:  # the watch is kept in a table of the process: its rebuild must not hold the model
+            self.watch = listen(lm.model, CurveWatch(_one_row_cost(lm), detached(lm, _one_row_cost)))
         self.cost = self.watch.cost
-
-    def _one_row_cost(self):
-        return at_two_lengths(self.lm, lambda prefix: measure(self.lm, sizes=(1,), prefix=prefix))
 
     def step_s(self, prefix: int | None = None) -> float:
         """Seconds per plain decoding token after ``prefix`` cached tokens (default: the cache length of the
@@ -39,3 +36,7 @@ class PlainBaseline:
     @property
     def busy(self) -> str | None:
         return self.watch.busy
+
+
+def _one_row_cost(lm: LoadedModel):
+    return at_two_lengths(lm, lambda prefix: measure(lm, sizes=(1,), prefix=prefix))

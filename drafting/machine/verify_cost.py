@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drafting.engine.loaded_model import LoadedModel
 from drafting.machine.cost_curve import CostCurve, PrefixCost, prefix_cost
-from drafting.machine.curve_watch import watch, watch_of
+from drafting.machine.curve_watch import detached, watch, watch_of
 
 
 def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
@@ -34,20 +34,21 @@ def sane_curve(lm):
     have = watch_of(lm.model)
     if have is not None:
         return have.cost
-
-    def build(refresh: bool = False) -> PrefixCost:
-        cost = prefix_cost(lm, refresh=refresh)
-        if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
-            cost = prefix_cost(lm, refresh=True)
-        long = monotone(cost.long) if cost.long is not None else None
-        return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
-
-    result = build()
-    watch(lm.model, result, lambda: build(refresh=True))
+    result = _build(lm)
+    watch(lm.model, result, detached(lm, lambda again: _build(again, refresh=True)))
     return result
 
 
+def _build(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
+    cost = prefix_cost(lm, refresh=refresh)
+    if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
+        cost = prefix_cost(lm, refresh=True)
+    long = monotone(cost.long) if cost.long is not None else None
+    return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
+
+
 def with_verify_cost(lm: LoadedModel) -> LoadedModel:
-    """``lm`` with its ``verify_cost`` supplied by ``sane_curve`` (measured, or read from the cache, at first use)."""
+    """``lm`` with its ``verify_cost`` supplied by ``sane_curve`` (measured, or read from the cache, at first use).
+    The function refers to ``lm`` (a cycle the garbage collector frees with it); no table of the process does."""
     lm.verify_cost = lambda: sane_curve(lm)
     return lm
