@@ -5,8 +5,13 @@ An entry lives at ``<cache>/<kind>/<hash of its key>.json``; the key is a string
 sorted keys), so what decides a timing (machine, model, dtype, ...) decides its file. Writes go to a temporary file
 of their own and replace the entry in one step, so two processes writing the same entry never leave a mix of both,
 and a reader sees the old entry or the new one. A file that is not an entry (empty, truncated, another shape) reads
-as absent and is measured and written again. The cache is a convenience: a folder that cannot be written is
-ignored, never a failed run.
+as absent, is removed, and is measured and written again. The cache is a convenience: a folder that cannot be
+written is ignored, never a failed run.
+
+Every cache of goose (these entries, the converted GGUF folders, the assembled packaged GGUFs, adjacency tables)
+tells the user in one line on stderr, once per process, that it found a damaged file (``note_damaged``) or could
+not write (``note_unwritable``); ``temporary_beside`` and ``drop_abandoned`` name and clear the temporaries they
+write before renaming into place.
 
 Timings taken while other processes held the cores are not this machine's speed. ``busy_ttl_s`` says what happens
 to them: 0 (most kinds) keeps them out of the cache; more keeps them that many seconds (so a burst of runs on a
@@ -17,9 +22,13 @@ A leaf module: it imports nothing of goose's, so every layer may use it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
+import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +42,72 @@ BUSY = "busy"  # present and true when the entry was measured on a busy machine
 
 def cache_dir() -> Path:
     return Path(os.environ.get("GOOSE_CACHE", Path.home() / ".cache" / "goose"))
+
+
+_SAID: set[str] = set()  # what this process has told the user about its caches
+# errors that say the cache cannot take a write, as opposed to a fault of what is being written
+CANNOT_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+def say_once(topic: str, text: str) -> None:
+    """Print ``goose: text`` on stderr, the first time this process has something to say about ``topic``."""
+    if topic not in _SAID:
+        _SAID.add(topic)
+        print(f"goose: {text}", file=sys.stderr, flush=True)
+
+
+def note_damaged(path, why: str) -> None:
+    say_once("damaged", f"the cache entry {path} is damaged ({why}); goose ignores it and writes a new one.")
+
+
+def note_unwritable(where, exc: OSError, consequence: str = "goose runs without caching") -> None:
+    say_once("unwritable", f"cannot write the cache {where} ({exc.strerror or exc}), so {consequence}.")
+
+
+def cannot_write(exc: OSError) -> bool:
+    return exc.errno in CANNOT_WRITE
+
+
+def _owner() -> str:
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def temporary_beside(path: Path, folder: bool = False) -> Path:
+    """A new temporary file (or folder) of this process next to ``path``, to be renamed onto it when whole; its
+    name says whose it is, so ``drop_abandoned`` can clear one a crashed process left."""
+    prefix, suffix = f"{path.name}.{_owner()}.", ".tmp"
+    if folder:
+        return Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
+def drop_abandoned(path: Path) -> None:
+    """Remove the temporaries of ``path`` whose process (on this host) is gone."""
+    host = socket.gethostname()
+    try:
+        found = list(path.parent.glob(f"{path.name}.*@*.tmp"))
+    except OSError:
+        return
+    for tmp in found:
+        pid, _, rest = tmp.name[len(path.name) + 1:].partition("@")
+        if not pid.isdigit() or not rest.startswith(f"{host}.") or _alive(int(pid)):
+            continue
+        try:
+            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process
+    return True
 
 
 def key_hash(key: str | dict) -> str:
@@ -56,18 +131,31 @@ class DiskCache:
 
     def read(self, key: str | dict):
         """The entry of ``key`` as ``parse`` makes it (from the stored object less the cache's own fields); None
-        when there is none, it is not a JSON object, it was measured on a busy machine more than ``busy_ttl_s``
-        ago, or ``parse`` rejects it (returns None, or raises ValueError, TypeError, KeyError, IndexError or
-        AttributeError on a malformed one)."""
+        when there is none, it was measured on a busy machine more than ``busy_ttl_s`` ago, or ``parse`` finds it
+        is not for ``key`` (returns None). A damaged file (not JSON, not an object, or one ``parse`` raises
+        ValueError, TypeError, KeyError, IndexError or AttributeError on) is removed and reads as absent."""
+        path = self.path(key)
         try:
-            doc = json.loads(self.path(key).read_text())
+            text = path.read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, ValueError) as exc:  # unreadable, or not text
+            note_damaged(path, getattr(exc, "strerror", None) or "not text")
+            return None
+        try:
+            doc = json.loads(text)
             if not isinstance(doc, dict):
-                return None
+                raise TypeError(f"a JSON {type(doc).__name__}, not an object")
             written = float(doc.pop(WRITTEN, 0) or 0)
             if doc.pop(BUSY, False) and time.time() - written > self.busy_ttl_s:
                 return None
             return self.parse(doc, key)
-        except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            note_damaged(path, _why(exc))
+            try:
+                path.unlink()  # so a run that measures but may not store (a busy machine) does not trip on it again
+            except OSError:
+                pass
             return None
 
     def write(self, key: str | dict, value: dict, busy: bool = False) -> None:
@@ -84,6 +172,15 @@ class DiskCache:
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(doc, indent=1))
             os.replace(tmp, path)
-        except OSError:
+        except OSError as exc:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
+            note_unwritable(cache_dir(), exc, "goose runs without caching (set GOOSE_CACHE to a writable folder)")
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return "not JSON, or cut short"
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r}" if exc.args else "a field missing"
+    return str(exc).split("\n")[0] or type(exc).__name__

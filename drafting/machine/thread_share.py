@@ -22,9 +22,9 @@ INTERVAL_S = 1.0  # how often the load is read (each read is two small /proc fil
 
 
 def threads_for(load: Load, ceiling: int) -> int:
-    """Threads to run with: the cores other processes left free, rounded, between 1 and ``ceiling``."""
-    free = load.cores - load.others_cores - load.steal_cores
-    return max(1, min(ceiling, int(free + 0.5)))
+    """Threads to run with: the cores other processes left free of those this process may use, rounded, between
+    1 and ``ceiling``."""
+    return max(1, min(ceiling, int(load.free_cores + 0.5)))
 
 
 class ThreadShare:

@@ -6,16 +6,35 @@ embedding is stored once under the input embedding's name, and the generation co
 the weights. Weights are stored in half precision wherever that keeps every value exactly (F16 / BF16 GGUFs),
 so a float32 load gives the GGUF's own values; dequantised weights of a large model are rounded to bfloat16,
 because their float32 copy would be four bytes per parameter on disk (see ``storage_dtype``).
+
+A conversion is written into a temporary folder of its own process and renamed into place whole, so a crash
+never leaves a folder that looks finished, and two processes converting one file at once both succeed: the one
+that renames second finds a finished folder there and drops its own copy. A cache that cannot be written (read
+only, full) gets nothing: the model is converted into a temporary folder outside it for this process, and one
+line says so.
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import hashlib
 import json
+import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
-from drafting.disk_cache import cache_dir
+from drafting.disk_cache import (
+    cache_dir,
+    cannot_write,
+    drop_abandoned,
+    note_damaged,
+    note_unwritable,
+    temporary_beside,
+)
 
 # Bump when the folder layout changes: older folders are then rebuilt instead of being trusted.
 CACHE_FORMAT = 2
@@ -26,18 +45,59 @@ _FLOAT_TYPES = {"F32", "F64"}
 _HALF_TYPES = {"F16", "BF16"}
 
 
-def converted_folder(gguf: Path) -> Path:
-    """Where the converted copy of ``gguf`` lives; the key changes with the file and with CACHE_FORMAT."""
+_OUTSIDE: dict[Path, Path] = {}  # cache folder -> this process's copy outside a cache it could not write
+
+
+def cached_folder(gguf: Path) -> Path:
+    """Where the converted copy of ``gguf`` lives in the cache; the key changes with the file and with CACHE_FORMAT."""
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:16]
     return cache_dir() / "gguf" / f"{gguf.stem}-{key}"
 
 
+def converted_folder(gguf: Path) -> Path:
+    """Where the converted copy of ``gguf`` is: in the cache, or this process's own copy where the cache could not
+    take one."""
+    folder = cached_folder(gguf)
+    return _OUTSIDE.get(folder, folder)
+
+
+def is_finished(folder: Path) -> bool:
+    """Whether ``folder`` is a whole conversion: its record (written last) is today's, and every file it lists has
+    the size it was written with (records older than the sizes list only need the config and the weights)."""
+    try:
+        info = json.loads((folder / "goose.json").read_text())
+        if not isinstance(info, dict) or info.get("format") != CACHE_FORMAT:
+            return False
+        sizes = info.get("file_sizes") or {"config.json": None, "model.safetensors": None}
+        return all(size is None or (folder / name).stat().st_size == size for name, size in sizes.items()) and all(
+            (folder / name).is_file() for name in sizes)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return False
+
+
 def ensure_converted(gguf: Path) -> Path:
-    """The converted folder of ``gguf``, converting it first if this is the first use."""
-    folder = converted_folder(gguf)
-    if not (folder / "goose.json").exists():
+    """The converted folder of ``gguf``, converting it first if this is the first use (or the folder there is not
+    a whole conversion)."""
+    folder = cached_folder(gguf)
+    if folder in _OUTSIDE:
+        return _OUTSIDE[folder]
+    if is_finished(folder):
+        return folder
+    if os.path.lexists(folder):
+        note_damaged(folder, "an unfinished or damaged conversion")
+    try:
         convert_gguf(gguf, folder)
+    except OSError as exc:
+        if not cannot_write(exc):
+            raise
+        note_unwritable(folder.parent, exc, "the model is converted into a temporary folder and nothing is cached "
+                                            "this run (set GOOSE_CACHE to a writable folder)")
+        outside = Path(tempfile.mkdtemp(prefix="goose-gguf-"))
+        atexit.register(shutil.rmtree, outside, True)
+        convert_gguf(gguf, outside / folder.name)
+        _OUTSIDE[folder] = outside / folder.name
+        return _OUTSIDE[folder]
     return folder
 
 
@@ -77,8 +137,41 @@ def _tensors_to_store(model) -> dict[str, torch.Tensor]:
 
 
 def convert_gguf(gguf: Path, folder: Path, exact_up_to_bytes: int = EXACT_UP_TO_BYTES) -> None:
-    """De-quantise ``gguf`` and save it at ``folder`` as a standard transformers folder (written aside first,
-    then renamed, so an interrupted conversion never leaves a folder that looks finished)."""
+    """De-quantise ``gguf`` and save it at ``folder`` as a standard transformers folder: written into a
+    temporary folder of this process beside it, then renamed into place (where another process put a whole
+    conversion there first, that one stays and this copy is dropped)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    drop_abandoned(folder)
+    tmp = temporary_beside(folder, folder=True)
+    try:
+        _write_conversion(gguf, tmp, exact_up_to_bytes)
+        _move_into_place(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was renamed
+
+
+def _move_into_place(tmp: Path, folder: Path) -> None:
+    for _ in range(3):
+        try:
+            os.rename(tmp, folder)  # replaces an empty folder; a full one refuses
+            return
+        except OSError as exc:
+            if not os.path.isdir(folder):
+                raise
+            if is_finished(folder):
+                return  # another process converted it first: keep its folder
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        stale = temporary_beside(folder, folder=True)  # a damaged folder: moved aside whole, then removed
+        try:
+            os.rename(folder, stale / "old")
+        except FileNotFoundError:
+            pass  # another process moved it already
+        shutil.rmtree(stale, ignore_errors=True)
+    raise OSError(errno.EEXIST, "another conversion keeps replacing it", str(folder))
+
+
+def _write_conversion(gguf: Path, tmp: Path, exact_up_to_bytes: int) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -94,8 +187,6 @@ def convert_gguf(gguf: Path, folder: Path, exact_up_to_bytes: int = EXACT_UP_TO_
         by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.numel() * t.element_size()
     main_dtype = max(by_dtype, key=by_dtype.get)
 
-    tmp = folder.with_name(folder.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -105,13 +196,15 @@ def convert_gguf(gguf: Path, folder: Path, exact_up_to_bytes: int = EXACT_UP_TO_
     if model.generation_config is not None:
         model.generation_config.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    save_file(stored, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    try:
+        save_file(stored, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    except Exception as exc:  # safetensors reports a failed write as its own error, with the OS's error in its text
+        code = re.search(r"\(os error (\d+)\)", str(exc))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(tmp)) from exc
     info = {"source": str(gguf), "format": CACHE_FORMAT, "gguf_tensor_types": sorted(types),
             "stored_bytes": {str(k).replace("torch.", ""): v for k, v in sorted(by_dtype.items(), key=str)},
-            "rounded_to_bfloat16": round_to_bf16}
-    (tmp / "goose.json").write_text(json.dumps(info, indent=1))
-    if folder.exists():  # an unfinished or stale folder of the same key
-        import shutil
-
-        shutil.rmtree(folder)
-    tmp.replace(folder)
+            "rounded_to_bfloat16": round_to_bf16,
+            "file_sizes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
+    (tmp / "goose.json").write_text(json.dumps(info, indent=1))  # last: its presence says the rest is whole

@@ -2,18 +2,27 @@
 
 A package may hold the file whole (the embedded SmolLM2) or in chunks spread over several distributions
 (Gemma 3 270M: one package per chunk, each under a package index's file-size limit); chunks are concatenated
-once into the cache directory and checked against the package's SHA256SUMS before they are used.
+once into the cache directory and checked against the package's SHA256SUMS before they are used: the file is
+written to a temporary of this process, the file written is hashed again, and only then renamed into place, so
+no reader ever finds a part-written or miswritten file under the real name. A cache that cannot be written gets
+the file assembled into a temporary folder outside it for this process, and one line says so.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.metadata
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from drafting.disk_cache import cache_dir
+from drafting.disk_cache import cache_dir, cannot_write, drop_abandoned, note_damaged, note_unwritable, temporary_beside
 from drafting.errors import ModelError
+
+_OUTSIDE: dict[Path, Path] = {}  # target in the cache -> this process's copy outside a cache it could not write
 
 
 @dataclass(frozen=True)
@@ -52,12 +61,36 @@ def packaged_gguf(model: PackagedModel) -> Path:
     chunks = [_chunk(model, dist) for dist in model.chunk_packages]
     name, digest = _expected_sha256(model, files)
     target = cache_dir() / "gguf" / f"{Path(name).stem}-{digest[:12]}.gguf"
-    if not target.exists():
-        try:
-            _assemble(model, chunks, target, digest)
-        except OSError as exc:
+    if target in _OUTSIDE:
+        return _OUTSIDE[target]
+    size, found = sum(c.stat().st_size for c in chunks), _size(target)
+    if found == size:
+        return target
+    if found is not None:
+        note_damaged(target, f"{found} bytes where its chunks hold {size}")
+    try:
+        _assemble(model, chunks, target, digest)
+    except OSError as exc:
+        if not cannot_write(exc):
             raise ModelError(f"{model.title}'s GGUF file could not be assembled in {target.parent}: {exc}.") from None
+        note_unwritable(target.parent, exc, f"{model.title}'s GGUF file is assembled into a temporary folder and "
+                                            "nothing is cached this run (set GOOSE_CACHE to a writable folder)")
+        try:
+            outside = Path(tempfile.mkdtemp(prefix="goose-gguf-"))
+            atexit.register(shutil.rmtree, outside, True)
+            _assemble(model, chunks, outside / target.name, digest)
+        except OSError as exc:
+            raise ModelError(f"{model.title}'s GGUF file could not be assembled: {exc}.") from None
+        _OUTSIDE[target] = outside / target.name
+        return _OUTSIDE[target]
     return target
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _chunk(model: PackagedModel, dist: str) -> Path:
@@ -82,19 +115,36 @@ def _expected_sha256(model: PackagedModel, files: list) -> tuple[str, str]:
     raise ModelError(f"{model.title}'s package has no SHA256SUMS for its GGUF file; reinstall it with `{model.install}`.")
 
 
-def _assemble(model: PackagedModel, chunks: list[Path], target: Path, digest: str) -> None:
-    """Concatenate the chunks beside ``target`` and rename only when the checksum matches."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
+def _sha256(path: Path) -> str:
     sha = hashlib.sha256()
-    with tmp.open("wb") as out:
-        for chunk in chunks:
-            with chunk.open("rb") as part:
-                while block := part.read(1 << 22):
-                    sha.update(block)
-                    out.write(block)
-    if sha.hexdigest() != digest:
-        tmp.unlink()
-        raise ModelError(f"{model.title}'s chunks do not add up to the GGUF file its package names; reinstall it with "
-                         f"`{model.install}`.")
-    tmp.replace(target)
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _assemble(model: PackagedModel, chunks: list[Path], target: Path, digest: str) -> None:
+    """Concatenate the chunks into a temporary file of this process beside ``target``; rename it into place only
+    when both the bytes read and the file written match the checksum."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    drop_abandoned(target)
+    tmp = temporary_beside(target)
+    try:
+        sha = hashlib.sha256()
+        with tmp.open("wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as part:
+                    while block := part.read(1 << 22):
+                        sha.update(block)
+                        out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if sha.hexdigest() != digest:
+            raise ModelError(f"{model.title}'s chunks do not add up to the GGUF file its package names; reinstall it "
+                             f"with `{model.install}`.")
+        if _sha256(tmp) != digest:
+            raise ModelError(f"{model.title}'s GGUF file does not read back as it was written in {target.parent} (a "
+                             "full or failing disk?); free some space or set GOOSE_CACHE to another folder.")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)

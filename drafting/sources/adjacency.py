@@ -10,12 +10,15 @@ plain indexing. It persists across prompts (hot start) and can be saved to / loa
 
 from __future__ import annotations
 
+import os
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from drafting.disk_cache import temporary_beside
 from drafting.engine.fast_topk import row_topk
 
 FORMAT = 1
@@ -23,6 +26,14 @@ FORMAT = 1
 
 class AdjacencyCacheError(ValueError):
     """An adjacency cache file cannot be read or belongs to another vocabulary; one sentence."""
+
+
+class DamagedAdjacencyCache(AdjacencyCacheError):
+    """The file is not an adjacency table (cut short, another file): nothing in it is worth keeping."""
+
+    def __init__(self, path, why: str):
+        super().__init__(f"The adjacency cache {path} cannot be read ({why}).")
+        self.why = why
 
 
 class AdjacencyTable:
@@ -133,17 +144,22 @@ class AdjacencyTable:
 
     # -- persistence -------------------------------------------------------------------------------------
     def save(self, path) -> None:
+        """Write the table to ``path`` through a temporary of this process, renamed into place when whole (a
+        crash or another process saving at once never leaves a mix); OSError where it cannot be written."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         keys = np.fromiter(self._bi_slot.keys(), dtype=np.int64, count=len(self._bi_slot))
         slots = np.fromiter(self._bi_slot.values(), dtype=np.int64, count=len(self._bi_slot))
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            np.savez(
-                fh, format=FORMAT, k=self.k, vocab=self.vocab, succ=self.succ, score=self.score,
-                bi_keys=keys, bi_succ=self.bi_succ[slots], bi_score=self.bi_score[slots],
-            )
-        tmp.replace(path)  # never leave a half-written cache behind
+        tmp = temporary_beside(path)
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(
+                    fh, format=FORMAT, k=self.k, vocab=self.vocab, succ=self.succ, score=self.score,
+                    bi_keys=keys, bi_succ=self.bi_succ[slots], bi_score=self.bi_score[slots],
+                )
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def load(self, path) -> None:
         try:
@@ -156,10 +172,10 @@ class AdjacencyTable:
                 vocab = int(data["vocab"])
                 succ, score = data["succ"], data["score"]
                 keys, bi_succ, bi_score = data["bi_keys"], data["bi_succ"], data["bi_score"]
-        except (OSError, KeyError, ValueError) as exc:
-            if isinstance(exc, AdjacencyCacheError):
-                raise
-            raise AdjacencyCacheError(f"The adjacency cache {path} cannot be read ({exc}).") from None
+        except AdjacencyCacheError:
+            raise
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DamagedAdjacencyCache(path, str(exc) or type(exc).__name__) from None
         self.vocab = 0
         self._ensure_vocab(vocab)
         self.succ[:] = succ

@@ -10,13 +10,15 @@ acceptance-statistics key and a prior acceptance probability, and the order in w
 from __future__ import annotations
 
 import atexit
+import os
 import time
 from bisect import bisect_right
 from collections import Counter
 from pathlib import Path
 
 from drafting.budget.acceptance_rates import AcceptanceStats
-from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable
+from drafting.disk_cache import note_damaged, note_unwritable
+from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable, DamagedAdjacencyCache
 from drafting.sources.context import SpineMatcher
 from drafting.engine.tree import CONTEXT, SPINE, Draft, DraftTree
 from drafting.engine.speculator import Speculator, StepResult, option
@@ -105,11 +107,14 @@ class TreeSpeculator(Speculator):
 
     # -- adjacency cache ---------------------------------------------------------------------------------
     def use_cache(self, path) -> None:
-        """Load the adjacency table from ``path`` when it exists, and save it there after each answer."""
+        """Load the adjacency table from ``path`` when it exists, and save it there after each answer. A file that
+        is not a table is ignored (and replaced at the next save); a table of other settings is the user's call."""
         path = Path(path).expanduser()
-        if path.exists():
+        if os.path.exists(path):  # False, not an error, where a folder on the way cannot be entered
             try:
                 self.table.load(path)
+            except DamagedAdjacencyCache as exc:
+                note_damaged(path, exc.why)
             except AdjacencyCacheError as exc:
                 raise SpecError(str(exc)) from None
         if self._cache_path is None:
@@ -120,8 +125,8 @@ class TreeSpeculator(Speculator):
         if self._cache_path is not None and self.table.vocab:
             try:
                 self.table.save(self._cache_path)
-            except OSError:
-                pass  # a warm start is a convenience; never fail a run over it
+            except OSError as exc:  # a warm start is a convenience; never fail a run over it
+                note_unwritable(self._cache_path, exc, "the adjacency table is kept for this run only")
 
     # -- interface ---------------------------------------------------------------------------------------
     @property

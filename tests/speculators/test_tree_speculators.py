@@ -51,6 +51,11 @@ def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
     assert path.exists()
     second = create(f"goose:cache={path}")
     assert len(second.table) == len(first.table) > 0
-    path.write_text("garbage")
-    with pytest.raises(SpecError):
-        create(f"goose:cache={path}")
+    path.write_text("garbage")  # not a table: ignored (one line says so) and replaced at the next save
+    third = create(f"goose:cache={path}")
+    assert len(third.table) == 0
+    Decoder(tiny_lm, third).generate(PROMPT, 20)
+    third.save_cache()
+    assert len(create(f"goose:cache={path}").table) == len(third.table) > 0
+    with pytest.raises(SpecError):  # a table of other settings is refused, not overwritten
+        create(f"goose:k={first.table_size() + 1},cache={path}")
