@@ -71,8 +71,9 @@ def chat(
                               raw=raw, trace_path=trace, keep_cache=not full_prefill)
     except SpecError as exc:
         fail(str(exc))
-    except OSError as exc:
-        fail(f"Cannot write the trace file {str(trace)!r}: {exc.strerror or exc}.")
+    except OSError as exc:  # the trace file is the one file a chat opens as it starts
+        where = f"write the trace file {str(trace)!r}" if trace is not None else "start the chat"
+        fail(f"Cannot {where}: {exc.strerror or exc}.")
     try:
         if plain or not sys.stdin.isatty() or not sys.stdout.isatty():
             run_plain(session, interactive=sys.stdin.isatty())

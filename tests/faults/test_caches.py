@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.cli import ROOT, cli_env
+from support.fake_distribution import fake_distribution
 
 from drafting import disk_cache
 from drafting.disk_cache import DiskCache
@@ -83,25 +84,15 @@ CHUNKS = [b"GGUF" + bytes(range(256)) * 4096, bytes(300_000), b"tail"]
 WHOLE = b"".join(CHUNKS)
 
 
-def _fake_distribution(site: Path, name: str, files: dict[str, bytes]) -> None:
-    dist = site / f"{name.replace('-', '_')}-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    for rel, data in files.items():
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_bytes(data)
-    (dist / "RECORD").write_text("".join(f"{rel},,\n" for rel in files))
-
-
 @pytest.fixture
 def chunked_model(tmp_path, monkeypatch):
     import importlib
 
     site = tmp_path / "site"
     sums = f"{hashlib.sha256(WHOLE).hexdigest()}  tiny.gguf\n".encode()
-    _fake_distribution(site, "goose-chunked", {"goose_chunked/data/SHA256SUMS": sums})
+    fake_distribution(site, "goose-chunked", {"goose_chunked/data/SHA256SUMS": sums})
     for i, data in enumerate(CHUNKS):
-        _fake_distribution(site, f"goose-chunked-part{i}", {f"goose_chunked_part{i}/data/tiny.gguf.part0{i}": data})
+        fake_distribution(site, f"goose-chunked-part{i}", {f"goose_chunked_part{i}/data/tiny.gguf.part0{i}": data})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
     importlib.invalidate_caches()
@@ -174,50 +165,43 @@ class _Wrapped:
         self._f.close()
 
 
-def test_a_file_written_wrong_is_never_put_in_place(chunked_model, monkeypatch):
-    """A disk that drops bytes: every chunk read adds up, but the file written does not."""
+def _assembly_fails_and_leaves_nothing(chunked_model, monkeypatch, spoil_write) -> None:
+    """Assemble with every binary write going through ``spoil_write(write)``: the assembly is refused, nothing
+    is left that a later load trusts, and a clean assembly afterwards gives the whole file."""
     real_open = io.open
 
-    def lossy_open(file, mode="r", *args, **kwargs):
+    def spoiled_open(file, mode="r", *args, **kwargs):
         f = real_open(file, mode, *args, **kwargs)
-        if "w" in mode and "b" in mode:
-            write = f.write
-            return _Wrapped(f, lambda block: write(bytes(block)[:-1]) + 1)
-        return f
+        return _Wrapped(f, spoil_write(f.write)) if "w" in mode and "b" in mode else f
 
-    monkeypatch.setattr(io, "open", lossy_open)
+    monkeypatch.setattr(io, "open", spoiled_open)
     with pytest.raises(ModelError):
         packaged_gguf(chunked_model)
     monkeypatch.setattr(io, "open", real_open)
     cache = Path(os.environ["GOOSE_CACHE"]) / "gguf"
     assert not list(cache.glob("*.gguf")) and _leftovers(cache) == []
     assert packaged_gguf(chunked_model).read_bytes() == WHOLE
+
+
+def test_a_file_written_wrong_is_never_put_in_place(chunked_model, monkeypatch):
+    # each block loses its last byte on the way to the disk, though the write reports it whole
+    _assembly_fails_and_leaves_nothing(chunked_model, monkeypatch,
+                                       lambda write: lambda block: write(bytes(block)[:-1]) + 1)
 
 
 def test_a_crash_mid_write_leaves_nothing_to_trust(chunked_model, monkeypatch):
-    real_open = io.open
+    def write_then_fail(write):
+        written = []
 
-    def failing_open(file, mode="r", *args, **kwargs):
-        f = real_open(file, mode, *args, **kwargs)
-        if "w" in mode and "b" in mode:
-            write, written = f.write, []
+        def once(block):
+            if written:
+                raise OSError(5, "Input/output error")
+            written.append(len(block))
+            return write(block)
 
-            def write_then_fail(block):
-                if written:
-                    raise OSError(5, "Input/output error")
-                written.append(len(block))
-                return write(block)
+        return once
 
-            return _Wrapped(f, write_then_fail)
-        return f
-
-    monkeypatch.setattr(io, "open", failing_open)
-    with pytest.raises(ModelError):
-        packaged_gguf(chunked_model)
-    monkeypatch.setattr(io, "open", real_open)
-    cache = Path(os.environ["GOOSE_CACHE"]) / "gguf"
-    assert not list(cache.glob("*.gguf")) and _leftovers(cache) == []
-    assert packaged_gguf(chunked_model).read_bytes() == WHOLE
+    _assembly_fails_and_leaves_nothing(chunked_model, monkeypatch, write_then_fail)
 
 
 def test_a_truncated_assembled_file_is_assembled_again_with_a_note(chunked_model, capsys):

