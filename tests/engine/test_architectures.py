@@ -176,7 +176,7 @@ def test_unsupported_attention_backend_is_refused_with_one_sentence():
     torch.manual_seed(0)
     net = T.LlamaForCausalLM(config).eval()
     net.config._attn_implementation = "flash_attention_2"  # what loading with flash-attention sets
-    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny flash", device=torch.device("cpu"), dtype=torch.float32))
+    lm = _wrapped(net, "tiny flash")
     with pytest.raises(UnsupportedModelError, match='attn_implementation="sdpa"') as err:
         Decoder(lm, create("pld"))
     _one_sentence(str(err.value))
@@ -189,7 +189,7 @@ def test_attention_that_follows_row_order_is_refused():
                                 num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=WINDOW)
     torch.manual_seed(0)
     net = T.AutoModelForCausalLM.from_config(config).eval()
-    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny llama4", device=torch.device("cpu"), dtype=torch.float32))
+    lm = _wrapped(net, "tiny llama4")
     with pytest.raises(UnsupportedModelError, match="attn_temperature_tuning") as err:
         Decoder(lm, create("tr"))
     _one_sentence(str(err.value))
@@ -203,7 +203,7 @@ def test_hybrid_cache_is_refused_with_one_sentence():
                                shared_expert_intermediate_size=32, layer_types=["linear_attention", "full_attention"])
     torch.manual_seed(0)
     net = T.AutoModelForCausalLM.from_config(config).eval()
-    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny hybrid", device=torch.device("cpu"), dtype=torch.float32))
+    lm = _wrapped(net, "tiny hybrid")
     with pytest.raises(UnsupportedModelError, match="'linear_attention' layers") as err:
         Decoder(lm, create("goose"))
     _one_sentence(str(err.value))
@@ -215,3 +215,9 @@ def test_hybrid_cache_is_refused_with_one_sentence():
     tree.add(9, 0, "context")
     with pytest.raises(UnsupportedModelError):  # a library caller that skips the Decoder is stopped too
         fwd.step(Draft(tree=tree), cache)
+
+
+def _wrapped(net, name: str):
+    """A tiny float32 CPU network as the engine runs one, with measured verify costs for ``budget=auto``."""
+    return with_verify_cost(LoadedModel(model=net, tokenizer=None, name=name, device=torch.device("cpu"),
+                                        dtype=torch.float32))

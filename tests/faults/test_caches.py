@@ -5,7 +5,6 @@ once. The CLI runs are real subprocesses, with outputs compared against a normal
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -20,14 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 from support.cli import ROOT, cli_env
-from support.fake_distribution import fake_distribution
+from support.fake_distribution import install_chunked_model
 
 from drafting import disk_cache
 from drafting.disk_cache import DiskCache
 from drafting.errors import ModelError, SpecError
 from drafting.models.gguf_convert import convert_gguf, converted_folder, ensure_converted
 from drafting.models.loader import embedded_gguf
-from drafting.models.packaged import PackagedModel, packaged_gguf
+from drafting.models.packaged import packaged_gguf
 from drafting.sources.adjacency import AdjacencyTable
 from drafting.speculators import create
 
@@ -86,18 +85,7 @@ WHOLE = b"".join(CHUNKS)
 
 @pytest.fixture
 def chunked_model(tmp_path, monkeypatch):
-    import importlib
-
-    site = tmp_path / "site"
-    sums = f"{hashlib.sha256(WHOLE).hexdigest()}  tiny.gguf\n".encode()
-    fake_distribution(site, "goose-chunked", {"goose_chunked/data/SHA256SUMS": sums})
-    for i, data in enumerate(CHUNKS):
-        fake_distribution(site, f"goose-chunked-part{i}", {f"goose_chunked_part{i}/data/tiny.gguf.part0{i}": data})
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
-    importlib.invalidate_caches()
-    return PackagedModel("Tiny", "goose-chunked", "pip install goose-chunked",
-                         tuple(f"goose-chunked-part{i}" for i in range(len(CHUNKS))))
+    return install_chunked_model(tmp_path, monkeypatch, "goose-chunked", CHUNKS)
 
 
 def _leftovers(folder: Path) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -14,12 +13,12 @@ import sys
 import pytest
 import torch
 from support.cli import ROOT, cli_env
-from support.fake_distribution import fake_distribution
+from support.fake_distribution import install_chunked_model
 
 from drafting.models.gguf_convert import CACHE_FORMAT, convert_gguf, converted_folder, is_quantised, storage_dtype
 from drafting.errors import ModelError
 from drafting.models.loader import embedded_gguf, load_model
-from drafting.models.packaged import GEMMA3_270M, PACKAGED, PackagedModel, packaged_gguf
+from drafting.models.packaged import GEMMA3_270M, PACKAGED, packaged_gguf
 
 # Greedy continuation with transformers alone: goose is never imported, so nothing of ours can patch the model.
 PLAIN_TRANSFORMERS = """
@@ -225,17 +224,9 @@ def test_missing_packaged_model_fails_cleanly_in_the_cli(tmp_path):
 
 
 def test_chunks_are_assembled_once_and_checked(tmp_path, monkeypatch):
-    site, chunks = tmp_path / "site", [b"GGUF" + bytes(range(256)) * 3, bytes(100), b"tail"]
+    chunks = [b"GGUF" + bytes(range(256)) * 3, bytes(100), b"tail"]
     whole = b"".join(chunks)
-    sums = f"{hashlib.sha256(whole).hexdigest()}  tiny.gguf\n".encode()
-    fake_distribution(site, "goose-test-model", {"goose_test_model/data/SHA256SUMS": sums})
-    for i, data in enumerate(chunks):
-        fake_distribution(site, f"goose-test-model-part{i}", {f"goose_test_model_part{i}/data/tiny.gguf.part0{i}": data})
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
-    importlib.invalidate_caches()
-    model = PackagedModel("Tiny", "goose-test-model", "pip install goose-test-model",
-                          tuple(f"goose-test-model-part{i}" for i in range(3)))
+    model = install_chunked_model(tmp_path, monkeypatch, "goose-test-model", chunks)
     path = packaged_gguf(model)
     assert path.read_bytes() == whole and path.parent == tmp_path / "cache" / "gguf"
     assert packaged_gguf(model) == path  # found again, not rebuilt
