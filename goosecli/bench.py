@@ -57,6 +57,7 @@ def bench(
     from drafting.machine.curve_watch import take_notices
     from drafting.baselines.llama_cpp import LlamaCppError
     from drafting.baselines.registry import NAMES as BASELINES
+    from drafting.machine.memory import gib, peak_rss_bytes
     from drafting.machine.openmp import describe_settings
     from drafting.bench.prompt_file import PromptFileError, read_prompts
     from drafting.bench.results import read_resumable
@@ -120,6 +121,7 @@ def bench(
     if lm.mode_choice is not None:
         report.note(lm.mode_choice.describe())
     report.note(f"OpenMP: {meta['openmp']}; {torch_threads()} threads")
+    report.note(f"memory: peak RSS {gib(peak_rss_bytes())} with the model loaded")
     try:
         with report.progress(todo) as advance:
             for item in run_bench(lm, contenders, prompt_list, settings, results):
@@ -134,5 +136,6 @@ def bench(
     report.tables(results.document(complete=True))
     for line in take_notices():
         report.note(f"note: {line}")
+    report.note(f"memory: peak RSS {gib(peak_rss_bytes())}")
     if json_out:
         report.note(f"results: {json_out}")

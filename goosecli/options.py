@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 
 Model = Annotated[
     Optional[str],
-    typer.Option("--model", "-m", help="Model: omitted = embedded SmolLM2-135M-Instruct; gemma3-270m (its package installed); a .gguf file, a local folder or a hub id."),
+    typer.Option("--model", "-m", help="Model: omitted = embedded SmolLM2-135M-Instruct; gemma3-270m or qwen2.5-coder-1.5b (their packages installed); a .gguf file, a local folder or a hub id."),
 ]
 Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu or cuda.")]
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]

@@ -93,6 +93,18 @@ def embedded_lm():
     return load_model()
 
 
+@pytest.fixture(scope="session")
+def small_gguf(tmp_path_factory) -> Path:
+    """A 2-layer F16 GGUF made from the embedded model: converts in a moment, for tests of the conversion."""
+    from support.small_gguf import write_f16_gguf
+
+    from drafting.models.loader import embedded_gguf
+
+    path = tmp_path_factory.mktemp("gguf") / "small-f16.gguf"
+    write_f16_gguf(embedded_gguf(), path)
+    return path
+
+
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

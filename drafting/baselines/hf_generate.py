@@ -1,21 +1,28 @@
 """transformers' own greedy (or sampled) ``generate()``, ``hf-ar``: the plain decoding users already have, on the
 model exactly as transformers loads it, run on the same prompt ids with the same stop rules as our decoders.
 
-"Exactly as transformers loads it" means a second model instance, loaded from the same folder (for a GGUF, the
-converted folder), in the same dtype and device, with none of goose's changes: no packed or int8 weights, no
-grouped tree attention. One such instance per model, dtype and device is shared by ``hf-ar`` and ``hf-pld``.
-Not registry speculators (they drive their own loop); benchmarks know them by name.
+"Exactly as transformers loads it" means a second model instance, built from the same folder's config (for a
+GGUF, the converted folder), in the same dtype and device, with none of goose's changes: no packed or int8
+weights, no grouped tree attention. Where goose's model still holds the plain weights (``float``, and the formats
+that keep them beside a packed copy: ``dual``, ``mkl``), the instance is built on those very tensors, so a plain
+baseline costs no second copy of the model; otherwise (``onednn``, ``int8``) it loads its own from the folder,
+refused in one sentence when that copy would not fit in the memory free. One instance per model is shared by
+``hf-ar`` and ``hf-pld``. Not registry speculators (they drive their own loop); benchmarks know them by name.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
+from itertools import chain
 from pathlib import Path
 
 import torch
 
 from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.decode import GenerationResult
+from drafting.errors import ModelError
+from drafting.machine.memory import available_bytes, gib
 from drafting.models.gguf_convert import converted_folder
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.loader import _quiet_transformers
@@ -23,7 +30,8 @@ from drafting.engine.sampling import SamplingParams
 from drafting.weights.formats import WEIGHT_FORMATS
 
 NAME = "hf-ar"
-_PLAIN: dict[tuple, torch.nn.Module] = {}
+_PLAIN: dict[tuple, torch.nn.Module] = {}  # own copies, by model name, dtype and device
+_SHARING: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
 
 
 def plain_source(lm: LoadedModel) -> str:
@@ -35,15 +43,75 @@ def plain_source(lm: LoadedModel) -> str:
 
 
 def plain_model(lm: LoadedModel) -> torch.nn.Module:
-    """The unmodified transformers model of ``lm`` (loaded once per model, dtype and device)."""
+    """The unmodified transformers model of ``lm``: on ``lm``'s own weight tensors where it keeps them plain, else
+    a copy loaded once per model, dtype and device."""
     key = (lm.name, str(lm.dtype), str(lm.device))
-    if key not in _PLAIN:
-        from transformers import AutoModelForCausalLM
+    if lm.model in _SHARING:
+        return _SHARING[lm.model]
+    if key in _PLAIN:
+        return _PLAIN[key]
+    empty = _empty_plain_model(lm)
+    if empty is not None and _give_tensors(empty, lm.model):
+        _SHARING[lm.model] = empty.eval()
+        return empty
+    if empty is not None:
+        _check_room_for_a_copy(lm, empty)
+    from transformers import AutoModelForCausalLM
 
-        _quiet_transformers()
-        net = AutoModelForCausalLM.from_pretrained(plain_source(lm), dtype=lm.dtype)
-        _PLAIN[key] = net.to(lm.device).eval()
+    net = AutoModelForCausalLM.from_pretrained(plain_source(lm), dtype=lm.dtype)
+    _PLAIN[key] = net.to(lm.device).eval()
     return _PLAIN[key]
+
+
+def _empty_plain_model(lm: LoadedModel) -> torch.nn.Module | None:
+    """transformers' model of ``lm``'s folder config with no storage behind its tensors (the meta device); None
+    where there is no config to read (a hub id this machine cannot reach)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    _quiet_transformers()
+    source = plain_source(lm)
+    try:
+        config = AutoConfig.from_pretrained(source)
+        with torch.device("meta"):
+            net = AutoModelForCausalLM.from_config(config, dtype=lm.dtype)
+    except (OSError, ValueError):
+        return None
+    try:  # what from_pretrained would read beside the weights
+        net.generation_config = GenerationConfig.from_pretrained(source)
+    except (OSError, ValueError):
+        pass
+    return net
+
+
+def _give_tensors(empty: torch.nn.Module, ours: torch.nn.Module) -> bool:
+    """Put ``ours``'s own tensors in place of every parameter and buffer of ``empty``; False (nothing changed)
+    when ``ours`` lacks one as a plain tensor of that shape and dtype (a packed or int8 layer)."""
+    found = []
+    for kind, named in (("_parameters", empty.named_parameters()), ("_buffers", empty.named_buffers())):
+        for name, want in named:
+            owner, _, attr = name.rpartition(".")
+            try:
+                held = getattr(ours.get_submodule(owner), attr, None)
+            except AttributeError:
+                return False
+            if not isinstance(held, torch.Tensor) or held.shape != want.shape or held.dtype != want.dtype:
+                return False
+            found.append((getattr(empty.get_submodule(owner), kind), attr, held))
+    for slots, attr, held in found:
+        wrap = slots is not None and attr in slots and isinstance(slots[attr], torch.nn.Parameter)
+        slots[attr] = held if not wrap or isinstance(held, torch.nn.Parameter) else torch.nn.Parameter(
+            held, requires_grad=False)
+    empty.tie_weights()
+    return not any(t.is_meta for t in chain(empty.parameters(), empty.buffers()))
+
+
+def _check_room_for_a_copy(lm: LoadedModel, empty: torch.nn.Module) -> None:
+    need = sum(t.numel() * t.element_size() for t in chain(empty.parameters(), empty.buffers()))
+    free = available_bytes()
+    if free is not None and need > free:
+        raise ModelError(f"transformers' own copy of {lm.name} for hf-ar / hf-pld needs about {gib(need)} and "
+                         f"{gib(free)} is free (goose's --weights {lm.weights} keeps no plain weights to share); "
+                         "use --weights float, or leave the hf-* baselines out.")
 
 
 def same_network(lm: LoadedModel) -> bool:

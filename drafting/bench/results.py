@@ -9,6 +9,7 @@ from pathlib import Path
 
 from drafting.bench.contenders import REFERENCE
 from drafting.bench.summary import summarize
+from drafting.machine.memory import peak_rss_bytes
 
 # Settings that change what a run measures: a resumed file must have been run with the same ones.
 RESUME_MUST_MATCH = ("model", "max_new_tokens", "sampling", "raw", "prompt_file", "dtype", "weights")
@@ -89,8 +90,8 @@ class ResultsFile:
 
     def document(self, complete: bool) -> dict:
         greedy = self.meta.get("sampling", {}).get("temperature", 0) <= 0
-        return {**self.meta, "complete": complete, "runs": self.runs, "skipped": self.skipped,
-                "summary": summarize(self.runs, greedy)}
+        return {**self.meta, "complete": complete, "peak_rss_bytes": peak_rss_bytes(), "runs": self.runs,
+                "skipped": self.skipped, "summary": summarize(self.runs, greedy)}
 
     def save(self, complete: bool = False) -> None:
         if self.path is None:

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+
 from drafting.disk_cache import (
     cache_dir,
     cannot_write,
@@ -35,6 +36,7 @@ from drafting.disk_cache import (
     note_unwritable,
     temporary_beside,
 )
+from drafting.models.footprint import check_room
 
 # Bump when the folder layout changes: older folders are then rebuilt instead of being trusted.
 CACHE_FORMAT = 2
@@ -101,11 +103,13 @@ def ensure_converted(gguf: Path) -> Path:
     return folder
 
 
-def gguf_tensor_types(gguf: Path) -> set[str]:
-    """The storage types of the file's tensors (``F32``, ``F16``, ``BF16``, ``Q4_K``, ...), read from its header."""
+def gguf_tensors(gguf: Path) -> tuple[set[str], int]:
+    """The storage types of the file's tensors (``F32``, ``F16``, ``BF16``, ``Q4_K``, ...) and how many weights
+    they hold, read from its header."""
     from gguf import GGUFReader
 
-    return {t.tensor_type.name for t in GGUFReader(str(gguf)).tensors}
+    tensors = GGUFReader(str(gguf)).tensors
+    return {t.tensor_type.name for t in tensors}, sum(int(t.n_elements) for t in tensors)
 
 
 def is_quantised(types: set[str]) -> bool:
@@ -175,7 +179,8 @@ def _write_conversion(gguf: Path, tmp: Path, exact_up_to_bytes: int) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    types = gguf_tensor_types(gguf)
+    types, weights = gguf_tensors(gguf)
+    check_room(gguf.name, weights, torch.float32, converting=True)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tensors = _tensors_to_store(model)

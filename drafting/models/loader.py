@@ -15,6 +15,7 @@ from drafting.engine.attention import use_grouped_attention
 from drafting.engine.loaded_model import LoadedModel
 from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.verify_cost import with_verify_cost
+from drafting.models.footprint import check_room, folder_weights
 from drafting.models.gguf_convert import ensure_converted
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
 from drafting.models.packaged import PACKAGED, PackagedModel, packaged_gguf
@@ -123,8 +124,9 @@ def load_model(
     gguf = source if isinstance(source, Path) and source.suffix == ".gguf" else None
     try:
         if gguf is not None:
-            source = ensure_converted(gguf)
+            source = ensure_converted(gguf)  # refused first where converting would not fit
         if isinstance(source, Path):
+            check_room(name, folder_weights(source), dt)
             net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code)
         else:
             from transformers import AutoModelForCausalLM, AutoTokenizer

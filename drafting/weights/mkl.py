@@ -190,4 +190,4 @@ def _split_key(net: torch.nn.Module) -> str | None:
 
 MKL = WeightFormat(name="mkl", help="float32: torch's kernel for one-row steps, MKL's product over weights packed once "
                    "for more rows, as exact", same_numbers=True, layer=MKLPackedLinear, refusal=refusal,
-                   one_row_as=FLOAT.name, prepare=cached_split, key_part=_split_key)
+                   one_row_as=FLOAT.name, prepare=cached_split, key_part=_split_key, keeps_two_copies=True)

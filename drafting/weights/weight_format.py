@@ -34,6 +34,7 @@ class WeightFormat:
     prepare: Callable[[torch.nn.Module], object] | None = None
     # what caches of its timings add to its name to tell two nets of this format apart; None: nothing
     key_part: Callable[[torch.nn.Module], str | None] | None = None
+    keeps_two_copies: bool = False  # holds a second copy of every linear weight beside the plain one
 
     @property
     def one_row_kernel(self) -> str:

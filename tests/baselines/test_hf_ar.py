@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 from support.cli import run_goose
 
 
@@ -60,6 +61,35 @@ def test_hf_ar_runs_an_unmodified_instance_and_matches_ar(tiny_lm, tmp_path):
     eos_lm = replace(lm, eos_ids={first[3]})
     cut = HFGenerate(eos_lm).generate([5, 17, 33], 20)
     assert cut.output_ids == first[: first.index(first[3]) + 1] and cut.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("fmt", ["float", "dual"])
+def test_hf_ar_runs_on_the_very_tensors_of_a_model_that_keeps_them_plain(tiny_lm, tmp_path, fmt):
+    from drafting.engine.decode import Decoder
+    from drafting.baselines.hf_generate import HFGenerate
+    from drafting.speculators import create
+    from drafting.engine.attention import use_grouped_attention
+    from drafting.weights.base import LinearStandIn
+    from drafting.weights.formats import apply_format
+
+    import copy
+
+    folder = tmp_path / "tiny"
+    tiny_lm.model.save_pretrained(folder)
+    ours = apply_format(copy.deepcopy(tiny_lm.model), fmt)
+    use_grouped_attention(ours)
+    lm = replace(tiny_lm, model=ours, name=str(folder), weights=fmt, eos_ids=set())
+    hf = HFGenerate(lm)
+    assert hf.model is not lm.model and hf.model.config._attn_implementation == "sdpa"
+    storage = {t.untyped_storage().data_ptr() for t in [*ours.parameters(), *ours.buffers()]
+               if t.layout == torch.strided}  # a packed oneDNN weight has no storage to compare
+    theirs = [*hf.model.parameters(), *hf.model.buffers()]
+    assert theirs and all(t.untyped_storage().data_ptr() in storage for t in theirs)  # no second copy
+    assert not any(isinstance(m, LinearStandIn) for m in hf.model.modules())  # transformers' own layers
+    for prompt in ([5, 17, 33, 2, 90, 41], [7, 7, 7, 8, 9, 10, 11, 7, 7]):
+        got = hf.generate(prompt, 20)
+        want = Decoder(lm, create("ar")).generate(prompt, 20)
+        assert got.output_ids == want.output_ids
 
 
 @pytest.mark.slow

@@ -150,39 +150,12 @@ def test_large_quantised_model_is_stored_in_bfloat16(embedded_folder, tmp_path):
     assert torch.equal(lm.model.get_input_embeddings().weight, half["model.embed_tokens.weight"].float())
 
 
-def write_f16_gguf(source, target, layers: int = 2) -> None:
-    """A real F16 GGUF: the source's first ``layers`` blocks, its matrices dequantised and stored as F16 (norms stay
-    F32), with all its metadata (tokenizer included) copied."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
-    from gguf.quants import dequantize
-
-    reader = GGUFReader(str(source))
-    arch = reader.fields["general.architecture"].contents()
-    writer = GGUFWriter(str(target), arch=arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        value = layers if key == f"{arch}.block_count" else field.contents()
-        sub = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(key, value, field.types[0], sub_type=sub)
-    for t in reader.tensors:
-        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= layers:
-            continue
-        values = dequantize(t.data, t.tensor_type).reshape([int(n) for n in reversed(t.shape)])
-        writer.add_tensor(t.name, values.astype("float16") if values.ndim >= 2 else values)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
 @pytest.mark.slow
-def test_f16_gguf_is_stored_in_float16_and_reads_back_exactly(tmp_path, monkeypatch):
+def test_f16_gguf_is_stored_in_float16_and_reads_back_exactly(small_gguf, tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
-    gguf = tmp_path / "small-f16.gguf"
-    write_f16_gguf(embedded_gguf(), gguf)
+    gguf = small_gguf
     lm = load_model(str(gguf), device="cpu", dtype="float32", weights="float")  # converted into the cache
     folder = converted_folder(gguf)
     info = json.loads((folder / "goose.json").read_text())
@@ -190,7 +163,7 @@ def test_f16_gguf_is_stored_in_float16_and_reads_back_exactly(tmp_path, monkeypa
     stored = safetensors_of(folder)
     assert all(t.dtype == torch.float16 for t in stored.values() if t.dim() >= 2)
     assert (folder / "model.safetensors").stat().st_size < 0.51 * sum(t.numel() * 4 for t in stored.values())
-    expected = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name, dtype=torch.float32).state_dict()
+    expected = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).state_dict()
     for name, tensor in stored.items():
         assert torch.equal(tensor.float(), expected[name]), name
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())  # upcast at load
@@ -238,17 +211,68 @@ def test_chunks_are_assembled_once_and_checked(tmp_path, monkeypatch):
     assert not path.exists() and not list(path.parent.glob("*.tmp"))
 
 
+def test_chunks_named_as_data_parts_with_the_checksum_in_goose_are_assembled(tmp_path, monkeypatch):
+    """Qwen2.5-Coder-1.5B's layout: ``<package>/data/partNN.bin`` in each of its chunk packages, no SHA256SUMS;
+    the file name and SHA-256 are goose's own, and no chunk package is imported."""
+    import hashlib
+
+    from support.fake_distribution import fake_distribution
+
+    site = tmp_path / "site"
+    chunks = [b"GGUF" + bytes(range(200)), bytes(50), b"end"]
+    for i, data in enumerate(chunks, 1):  # a module that fails on import: never imported
+        fake_distribution(site, f"goose-parts-part{i}", {f"goose_parts_part{i}/__init__.py": b"raise ImportError",
+                                                         f"goose_parts_part{i}/data/part{i:02d}.bin": data})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
+    importlib.invalidate_caches()
+    model = dataclasses.replace(PACKAGED["qwen2.5-coder-1.5b"], package="goose-parts-part1",
+                                chunk_packages=tuple(f"goose-parts-part{i}" for i in range(1, 4)),
+                                sha256=hashlib.sha256(b"".join(chunks)).hexdigest())
+    path = packaged_gguf(model)
+    assert path.read_bytes() == b"".join(chunks) and path.name.startswith("qwen2.5-coder-1.5b-instruct-q4_k_m-")
+    with pytest.raises(ModelError, match="chunks do not add up"):
+        path.unlink()
+        packaged_gguf(dataclasses.replace(model, sha256="0" * 64))
+
+
+def test_a_model_that_cannot_fit_is_refused_before_loading(embedded_folder, monkeypatch):
+    from drafting.models import footprint
+    from drafting.models.footprint import folder_weights
+
+    weights = folder_weights(embedded_folder)
+    assert 130e6 < weights < 140e6  # SmolLM2-135M, read from the safetensors header alone
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 3 * weights)  # room for bfloat16, not float32
+    with pytest.raises(ModelError) as err:
+        load_model(device="cpu", dtype="float32", weights="float")
+    assert str(err.value).startswith("SmolLM2-135M-Instruct (embedded GGUF) does not fit: it needs about 0.5 GB for "
+                                     "its weights in float32 and 0.4 GB of memory is available")
+    assert "--dtype bfloat16" in str(err.value)
+    lm = load_model(device="cpu", dtype="bfloat16", weights="float")
+    assert lm.dtype == torch.bfloat16
+
+
+def test_converting_a_gguf_that_cannot_fit_is_refused(small_gguf, tmp_path, monkeypatch):
+    from drafting.models import footprint
+
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 10**8)
+    with pytest.raises(ModelError, match=r"^small-f16.gguf does not fit: it needs about 0\.[1-9] GB to convert its "
+                                         r"GGUF file once and 0\.1 GB of memory is available; close other programs\.$"):
+        convert_gguf(small_gguf, tmp_path / "converted")
+    assert not (tmp_path / "converted").exists()
+
+
 # --- Gemma 3 270M, the second real model --------------------------------------------------------------------------
 
-def _gemma_installed() -> bool:
+def _installed(package: str) -> bool:
     try:
-        importlib.metadata.distribution(GEMMA3_270M.package)
+        importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
 
 
-needs_gemma = pytest.mark.skipif(not _gemma_installed(), reason=f"Gemma 3 270M is not installed "
+needs_gemma = pytest.mark.skipif(not _installed(GEMMA3_270M.package), reason=f"Gemma 3 270M is not installed "
                                  f"(`{GEMMA3_270M.install}`; make setup installs it)")
 
 GEMMA_PROMPTS = ["1, 2, 3, 4, 5,", "def fibonacci(n):\n", "Photosynthesis is the process by which"]
@@ -261,6 +285,7 @@ def gemma_lm():
 
 @needs_gemma
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_gemma_builtin_name_loads_a_standard_folder(gemma_lm):
     assert "gemma3-270m" in PACKAGED and gemma_lm.name == GEMMA3_270M.title
     assert gemma_lm.gguf is not None and gemma_lm.gguf.suffix == ".gguf"
@@ -273,6 +298,7 @@ def test_gemma_builtin_name_loads_a_standard_folder(gemma_lm):
 
 @needs_gemma
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_gemma_ar_matches_transformers_generate_and_reads_well(gemma_lm):
     from drafting.models.chat_template import decode, encode
 
@@ -286,3 +312,33 @@ def test_gemma_ar_matches_transformers_generate_and_reads_well(gemma_lm):
     counting = decode(gemma_lm.tokenizer, ours[0], gemma_lm.eos_ids)
     assert counting.startswith(" 6, 7, 8, 9, 10"), counting
     assert "return" in decode(gemma_lm.tokenizer, ours[1], gemma_lm.eos_ids)
+
+
+# --- Qwen2.5-Coder-1.5B-Instruct, a real model users run (opt-in: `make qwen-setup`) ------------------------------
+
+QWEN = PACKAGED["qwen2.5-coder-1.5b"]
+needs_qwen = pytest.mark.skipif(not _installed(QWEN.package), reason=f"Qwen2.5-Coder-1.5B is not installed "
+                                f"(`{QWEN.install}`)")
+QWEN_PROMPTS = ["Write a Python function that returns the n-th Fibonacci number.",
+                "Explain in two sentences what a hash map is."]
+
+
+@needs_qwen
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_qwen_ar_is_transformers_generate_and_goose_is_ar():
+    """In float32 on one copy of the weights: transformers' own ``generate()`` runs on the very tensors goose
+    loaded (``--weights float``), so the 6 GB model is held once."""
+    from drafting.baselines.hf_generate import HFGenerate
+    from drafting.engine.decode import Decoder
+    from drafting.models.chat_template import encode
+    from drafting.speculators import create
+
+    lm = load_model("qwen2.5-coder-1.5b", device="cpu", dtype="float32", weights="float")
+    assert type(lm.model).__name__ == "Qwen2ForCausalLM" and lm.name == QWEN.title
+    prompts = [encode(lm.tokenizer, [{"role": "user", "content": t}]) for t in QWEN_PROMPTS]
+    hf = HFGenerate(lm)
+    for ids in prompts:
+        ar = Decoder(lm, create("ar")).generate(ids, 48).output_ids
+        assert hf.generate(ids, 48).output_ids == ar
+        assert Decoder(lm, create("goose")).generate(ids, 48).output_ids == ar

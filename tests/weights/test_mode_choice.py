@@ -201,7 +201,8 @@ def test_row_dispatch_weights_keep_goose_identical_to_ar_on_real_prompts(real_pr
 
     _skip_unless_available(fmt)
     lm = load_model(dtype="float32", weights=fmt)
-    ar, goose = Decoder(lm, create("ar")), Decoder(lm, create("goose"))
+    # a fixed budget of the GOOSE paper's size: wide trees through the packed kernel, and no cost curve to measure
+    ar, goose = Decoder(lm, create("ar")), Decoder(lm, create("goose:budget=60"))
     for pid, ids in real_prompts[::3]:
         assert goose.generate(ids, 40).output_ids == ar.generate(ids, 40).output_ids, pid
 
@@ -243,3 +244,39 @@ def test_a_busy_probe_expires_and_never_replaces_an_idle_one(tmp_path, monkeypat
     doc["written"] -= BUSY_TTL_S + 1
     cache_path(fp).write_text(json.dumps(doc))
     assert read_cached(fp) is None  # then probed again
+
+
+def test_decide_without_room_for_two_copies_keeps_the_one_row_format():
+    from drafting.weights.probe import decide
+
+    assert decide({"float": [0.030, 0.062], "onednn": [0.037, 0.058]}, two_copies=False) == "float"
+    assert decide({"float": [0.030, 0.062], "onednn": [0.037, 0.058], "mkl": [0.030, 0.052]},
+                  two_copies=False) == "float"
+    assert decide({"float": [0.038, 0.061], "onednn": [0.027, 0.035]}, two_copies=False) == "onednn"
+
+
+@needs_onednn
+def test_a_model_too_big_for_a_second_copy_is_timed_and_kept_in_one(tmp_path, monkeypatch):
+    """The memory the system says is available decides: short of four copies' room, nothing is packed, neither
+    to be timed nor to be kept, and the choice says why; with room again the probe is redone in full."""
+    from drafting.weights import probe
+    from drafting.weights.probe import FormatChoice, candidates, choose_format, copy_bytes, fingerprint, write_cached
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    cpu = torch.device("cpu")
+    lm = _fresh_tiny()
+    need = copy_bytes(lm.model)
+    monkeypatch.setattr(probe, "available_bytes", lambda: 3 * need)
+    tight = choose_format(lm.model, lm.name, cpu, torch.float32)
+    assert set(tight.seconds) == {"float"} and tight.weights == "float" and not tight.cached
+    assert "second copy" in tight.describe() and all(type(m).__name__ == "Linear" for m in lm.model.modules()
+                                                     if "Linear" in type(m).__name__)
+    # a choice stored when there was room for two copies is not kept either
+    fp = fingerprint(_fresh_tiny().model, "roomy", cpu, torch.float32)
+    write_cached(fp, FormatChoice(dtype="float32", weights="dual", seconds={"float": [0.030, 0.062],
+                                                                            "onednn": [0.037, 0.058]}))
+    again = choose_format(_fresh_tiny().model, "roomy", cpu, torch.float32)
+    assert again.cached and again.weights == "float" and "second copy" in again.describe()
+    monkeypatch.setattr(probe, "available_bytes", lambda: 100 * need)
+    roomy = choose_format(_fresh_tiny().model, lm.name, cpu, torch.float32)
+    assert not roomy.cached and set(roomy.seconds) == set(candidates(torch.float32)) and roomy.memory is None

@@ -1,0 +1,55 @@
+"""What loading a model will take in memory, read from its files' headers before any weight is loaded, so a model
+that cannot fit is refused in one sentence instead of pushing the machine into swap or the kernel's OOM killer.
+
+The weights dominate: their element count times the size of the load dtype. A GGUF seen for the first time is
+also converted once (drafting.models.gguf_convert): the de-quantised float32 model plus the copy written out.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import torch
+
+from drafting.errors import ModelError
+from drafting.machine.memory import available_bytes, gib
+
+CONVERSION_BYTES_PER_WEIGHT = 4 + 2  # the float32 model transformers de-quantises into, its bfloat16 copy written out
+
+
+def folder_weights(folder: Path) -> int | None:
+    """How many weights the folder's safetensors files hold, from their headers; None without such files."""
+    total, found = 0, False
+    for path in folder.glob("*.safetensors"):
+        try:
+            with path.open("rb") as f:
+                size = struct.unpack("<Q", f.read(8))[0]
+                header = json.loads(f.read(size))
+        except (OSError, ValueError, struct.error):
+            return None
+        for name, info in header.items():
+            if name != "__metadata__":
+                n = 1
+                for d in info["shape"]:
+                    n *= d
+                total += n
+        found = True
+    return total if found else None
+
+
+def check_room(title: str, weights: int | None, dtype: torch.dtype, converting: bool = False) -> None:
+    """``ModelError`` (one sentence: what it needs, what is free) when loading ``weights`` in ``dtype`` (or
+    converting them from a GGUF file) needs more memory than is available now."""
+    free = available_bytes()
+    if weights is None or free is None:
+        return
+    need = weights * (CONVERSION_BYTES_PER_WEIGHT if converting else torch.finfo(dtype).bits // 8)
+    if need <= free:
+        return
+    what = ("to convert its GGUF file once" if converting
+            else f"for its weights in {str(dtype).replace('torch.', '')}")
+    smaller = "; try --dtype bfloat16" if torch.finfo(dtype).bits > 16 and not converting else ""
+    raise ModelError(f"{title} does not fit: it needs about {gib(need)} {what} and {gib(free)} of memory is "
+                     f"available; close other programs{smaller}.")
