@@ -205,11 +205,11 @@ def test_a_truncated_assembled_file_is_assembled_again_with_a_note(chunked_model
 # --- the converted GGUF folder ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_crash_mid_conversion_leaves_no_folder_a_load_trusts(tmp_path, monkeypatch, capsys):
+def test_a_crash_mid_conversion_leaves_no_folder_a_load_trusts(small_gguf, tmp_path, monkeypatch, capsys):
     import safetensors.torch
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
-    gguf = embedded_gguf()
+    gguf = small_gguf
     folder = converted_folder(gguf)
     real_save = safetensors.torch.save_file
 
@@ -266,7 +266,7 @@ from drafting.engine.decode import Decoder
 from drafting.models.loader import load_model
 from drafting.speculators import create
 
-lm = load_model(device="cpu", dtype="float32", weights="float")
+lm = load_model(sys.argv[3], device="cpu", dtype="float32", weights="float")
 ids = list(lm.tokenizer("The capital of France is")["input_ids"])
 with torch.no_grad():
     logits = lm.model(torch.tensor([ids])).logits[0, -1]
@@ -278,13 +278,14 @@ if role == "second":
 
 
 @pytest.mark.slow
-def test_two_first_loads_at_once_both_succeed_and_leave_one_folder(tmp_path):
-    """Two processes convert the embedded model into one empty cache at once; the first is held inside its
-    conversion until the second has converted, loaded and decoded."""
+def test_two_first_loads_at_once_both_succeed_and_leave_one_folder(small_gguf, tmp_path):
+    """Two processes convert one GGUF (2 layers of the embedded model) into one empty cache at once; the first is
+    held inside its conversion until the second has converted, loaded and decoded."""
     cache, signals = tmp_path / "cache", tmp_path / "signals"
     signals.mkdir()
     env = cli_env(GOOSE_CACHE=str(cache))
-    procs = [subprocess.Popen([sys.executable, "-c", CONVERT_AT_ONCE, role, str(signals)], cwd=ROOT, env=env,
+    procs = [subprocess.Popen([sys.executable, "-c", CONVERT_AT_ONCE, role, str(signals), str(small_gguf)],
+                              cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for role in ("first", "second")]
     outs = []
@@ -294,7 +295,7 @@ def test_two_first_loads_at_once_both_succeed_and_leave_one_folder(tmp_path):
         outs.append(json.loads(out.strip().splitlines()[-1]))
     assert outs[0] == outs[1] and len(outs[0]["tokens"]) == 8
     entries = sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir())
-    assert entries == [converted_folder(embedded_gguf()).name]
+    assert entries == [converted_folder(small_gguf).name]
 
 
 # --- the adjacency table's cache file --------------------------------------------------------------------------
@@ -444,6 +445,7 @@ def bench_outputs(path: Path) -> dict[str, list[int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_bench_with_a_damaged_and_with_a_read_only_cache(caches, one_prompt, tmp_path):
     def bench(cache: Path, out: str, as_user: bool = False):
         done = run([sys.executable, "-m", "goosecli", "bench", str(one_prompt), "-s", "ar,goose", "-n", "8",
@@ -467,6 +469,7 @@ def test_bench_with_a_damaged_and_with_a_read_only_cache(caches, one_prompt, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_chat_with_a_damaged_and_with_a_read_only_cache(caches):
     def chat(cache: Path, table: Path, as_user: bool = False):
         return run([sys.executable, "-m", "goosecli", "chat", "--plain", "-n", "8", "-s", f"goose:cache={table}"],
@@ -502,6 +505,7 @@ print(json.dumps({"text": g.text, "token_ids": g.token_ids}))
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_generate_with_a_damaged_and_with_a_read_only_cache(caches):
     def generate(cache: Path, table: Path, as_user: bool = False):
         done = run([sys.executable, "-c", GENERATE, f"goose:cache={table}"], cache, as_user=as_user)

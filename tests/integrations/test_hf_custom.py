@@ -43,8 +43,8 @@ def _fingerprint(model) -> tuple:
 def test_goose_inside_generate_is_identical_to_plain_generate_on_real_prompts(hf):
     model, tok = hf
     before = _fingerprint(model)
-    prompts = _prompts(8)
-    assert len(prompts) == 8
+    prompts = _prompts(12)[::3]  # four of the twelve, from four task groups
+    assert len(prompts) == 4
     for text in prompts:
         inputs = _inputs(tok, text)
         plain = model.generate(**inputs, max_new_tokens=TOKENS, do_sample=False)
