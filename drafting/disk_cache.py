@@ -10,8 +10,8 @@ written is ignored, never a failed run.
 
 Every cache of goose (these entries, the converted GGUF folders, the assembled packaged GGUFs, adjacency tables)
 tells the user in one line on stderr, once per process, that it found a damaged file (``note_damaged``) or could
-not write (``note_unwritable``); ``temporary_beside`` and ``drop_abandoned`` name and clear the temporaries they
-write before renaming into place.
+not write (``note_unwritable``); ``temporary_beside``, ``replaced_when_done`` and ``drop_abandoned`` name,
+rename into place and clear the temporaries they write.
 
 Timings taken while other processes held the cores are not this machine's speed. ``busy_ttl_s`` says what happens
 to them: 0 (most kinds) keeps them out of the cache; more keeps them that many seconds (so a burst of runs on a
@@ -31,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -81,6 +82,18 @@ def temporary_beside(path: Path, folder: bool = False) -> Path:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     os.close(fd)
     return Path(name)
+
+
+@contextmanager
+def replaced_when_done(path: Path):
+    """Yield a temporary file of this process beside ``path`` to write; renamed onto ``path`` when the block ends
+    without an error, removed when it raises, so no reader ever finds a part-written file under the real name."""
+    tmp = temporary_beside(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def drop_abandoned(path: Path) -> None:
@@ -165,16 +178,11 @@ class DiskCache:
             return
         path = self.path(key)
         doc = {**value, WRITTEN: time.time(), **({BUSY: True} if busy else {})}
-        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.stem}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(doc, indent=1))
-            os.replace(tmp, path)
+            with replaced_when_done(path) as tmp:
+                tmp.write_text(json.dumps(doc, indent=1))
         except OSError as exc:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
             note_unwritable(cache_dir(), exc, "goose runs without caching (set GOOSE_CACHE to a writable folder)")
 
 

