@@ -11,7 +11,6 @@ speculator's state. Threads may call in at once: one step runs on a model at a t
 
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from contextlib import ExitStack, contextmanager
@@ -211,20 +210,19 @@ def _stats(result, records: list[StepRecord], tokens: int) -> dict:
 
 
 def _check_options(max_new_tokens, temperature, top_k, top_p, seed, stop) -> list[str]:
-    from drafting.engine.sampling import MIN_TEMPERATURE, SEED_LIMIT
+    from drafting.engine.sampling import seed_in_range, temperature_problem
 
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive whole number of tokens, not {max_new_tokens!r}.")
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+    if not isinstance(temperature, (int, float)):
         raise ValueError(f"temperature must be 0 (greedy) or a positive finite number, not {temperature!r}.")
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, where logits / temperature "
-                         f"still fit in float32, not {temperature!r}.")
+    if temperature_problem(temperature):
+        raise ValueError(f"temperature {temperature_problem(temperature)}, not {temperature!r}.")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k must be 0 (off) or a positive whole number of tokens, not {top_k!r}.")
     if not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be a number in (0, 1], not {top_p!r}.")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not seed_in_range(seed)):
         raise ValueError(f"seed must be None or a whole number from 0 to 2**64 - 1, not {seed!r}.")
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if not all(isinstance(s, str) and s for s in stops):

@@ -21,6 +21,19 @@ MIN_TEMPERATURE = 1e-6
 SEED_LIMIT = 2**64
 
 
+def temperature_problem(temperature: float) -> str | None:
+    """What a temperature that cannot be sampled with must be instead ("must be ..."); None where it can."""
+    if not math.isfinite(temperature) or temperature < 0:
+        return "must be 0 (greedy) or a positive finite number"
+    if 0 < temperature < MIN_TEMPERATURE:
+        return f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, where logits / temperature still fit in float32"
+    return None
+
+
+def seed_in_range(seed: int) -> bool:
+    return 0 <= seed < SEED_LIMIT
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0
@@ -34,16 +47,14 @@ class SamplingParams:
 
     def check(self) -> None:
         """Raise ValueError (one sentence) for impossible settings."""
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"--temperature must be 0 (greedy) or a positive finite number, not {self.temperature:g}.")
-        if 0 < self.temperature < MIN_TEMPERATURE:
-            raise ValueError(f"--temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, where logits / "
-                             f"temperature still fit in float32, not {self.temperature:g}.")
+        problem = temperature_problem(self.temperature)
+        if problem:
+            raise ValueError(f"--temperature {problem}, not {self.temperature:g}.")
         if self.top_k < 0:
             raise ValueError("--top-k must be 0 (off) or a positive number of tokens.")
         if not 0.0 < self.top_p <= 1.0:  # NaN fails the comparison too
             raise ValueError("--top-p must be in (0, 1].")
-        if self.seed is not None and not 0 <= self.seed < SEED_LIMIT:
+        if self.seed is not None and not seed_in_range(self.seed):
             raise ValueError(f"--seed must be a whole number from 0 to 2**64 - 1, not {self.seed}.")
 
     def describe(self) -> str:
