@@ -21,8 +21,7 @@ import torch
 
 from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.decode import GenerationResult
-from drafting.errors import ModelError
-from drafting.machine.memory import available_bytes, gib
+from drafting.models.footprint import check_room
 from drafting.models.gguf_convert import converted_folder
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.loader import _quiet_transformers
@@ -87,7 +86,7 @@ def _give_tensors(empty: torch.nn.Module, ours: torch.nn.Module) -> bool:
     """Put ``ours``'s own tensors in place of every parameter and buffer of ``empty``; False (nothing changed)
     when ``ours`` lacks one as a plain tensor of that shape and dtype (a packed or int8 layer)."""
     found = []
-    for kind, named in (("_parameters", empty.named_parameters()), ("_buffers", empty.named_buffers())):
+    for is_parameter, named in ((True, empty.named_parameters()), (False, empty.named_buffers())):
         for name, want in named:
             owner, _, attr = name.rpartition(".")
             try:
@@ -96,22 +95,20 @@ def _give_tensors(empty: torch.nn.Module, ours: torch.nn.Module) -> bool:
                 return False
             if not isinstance(held, torch.Tensor) or held.shape != want.shape or held.dtype != want.dtype:
                 return False
-            found.append((getattr(empty.get_submodule(owner), kind), attr, held))
-    for slots, attr, held in found:
-        wrap = slots is not None and attr in slots and isinstance(slots[attr], torch.nn.Parameter)
-        slots[attr] = held if not wrap or isinstance(held, torch.nn.Parameter) else torch.nn.Parameter(
-            held, requires_grad=False)
+            if is_parameter and not isinstance(held, torch.nn.Parameter):  # a stand-in's buffer
+                held = torch.nn.Parameter(held, requires_grad=False)
+            found.append((empty.get_submodule(owner), "_parameters" if is_parameter else "_buffers", attr, held))
+    for module, slots, attr, held in found:
+        getattr(module, slots)[attr] = held
     empty.tie_weights()
     return not any(t.is_meta for t in chain(empty.parameters(), empty.buffers()))
 
 
 def _check_room_for_a_copy(lm: LoadedModel, empty: torch.nn.Module) -> None:
-    need = sum(t.numel() * t.element_size() for t in chain(empty.parameters(), empty.buffers()))
-    free = available_bytes()
-    if free is not None and need > free:
-        raise ModelError(f"transformers' own copy of {lm.name} for hf-ar / hf-pld needs about {gib(need)} and "
-                         f"{gib(free)} is free (goose's --weights {lm.weights} keeps no plain weights to share); "
-                         "use --weights float, or leave the hf-* baselines out.")
+    weights = sum(t.numel() for t in chain(empty.parameters(), empty.buffers()))
+    check_room(f"transformers' own copy of {lm.name} for hf-ar / hf-pld", weights, lm.dtype,
+               instead=f"goose's --weights {lm.weights} keeps no plain weights to share, so use --weights float or "
+                       "leave the hf-* baselines out")
 
 
 def same_network(lm: LoadedModel) -> bool:

@@ -39,9 +39,10 @@ def folder_weights(folder: Path) -> int | None:
     return total if found else None
 
 
-def check_room(title: str, weights: int | None, dtype: torch.dtype, converting: bool = False) -> None:
-    """``ModelError`` (one sentence: what it needs, what is free) when loading ``weights`` in ``dtype`` (or
-    converting them from a GGUF file) needs more memory than is available now."""
+def check_room(title: str, weights: int | None, dtype: torch.dtype, converting: bool = False,
+               instead: str | None = None) -> None:
+    """``ModelError`` (one sentence: what it needs, what is free, what to do ``instead``) when loading ``weights``
+    in ``dtype`` (or converting them from a GGUF file) needs more memory than is available now."""
     free = available_bytes()
     if weights is None or free is None:
         return
@@ -50,6 +51,8 @@ def check_room(title: str, weights: int | None, dtype: torch.dtype, converting: 
         return
     what = ("to convert its GGUF file once" if converting
             else f"for its weights in {str(dtype).replace('torch.', '')}")
-    smaller = "; try --dtype bfloat16" if torch.finfo(dtype).bits > 16 and not converting else ""
+    if instead is None:
+        smaller = "; try --dtype bfloat16" if torch.finfo(dtype).bits > 16 and not converting else ""
+        instead = f"close other programs{smaller}"
     raise ModelError(f"{title} does not fit: it needs about {gib(need)} {what} and {gib(free)} of memory is "
-                     f"available; close other programs{smaller}.")
+                     f"available; {instead}.")
