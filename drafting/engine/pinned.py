@@ -24,7 +24,8 @@ class Staging:
         """``values`` (a list or numpy array of ints, any shape) as a flat int64 tensor on ``device``."""
         device = torch.device(device)
         if device.type != "cuda":
-            return torch.as_tensor(np.asarray(values, dtype=np.int64).reshape(-1)).to(device)
+            flat = torch.as_tensor(np.asarray(values, dtype=np.int64).reshape(-1))
+            return flat if device.type == "cpu" else flat.to(device)
         arr = np.asarray(values, dtype=np.int64).reshape(-1)
         buf, event = self._buf.get(device, (None, None))
         if event is not None:
