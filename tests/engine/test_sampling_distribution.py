@@ -29,13 +29,17 @@ from support.sampling_reference import chi_square, reference_warp
 VOCAB = 16
 LENGTH = 3  # tokens per sampled continuation
 SAMPLES = 2000
-ALPHA = 1e-3  # a correct verifier fails with this chance per test; the seeds are fixed, so runs are repeatable
 
 SETTINGS = {
     "temperature": SamplingParams(temperature=0.8, seed=11),
     "top-k": SamplingParams(temperature=1.2, top_k=4, seed=12),
     "top-p": SamplingParams(temperature=1.0, top_p=0.7, seed=13),
 }
+
+# The seeds are fixed, but the draws are not the same on every machine: logits round differently from one CPU to
+# another, so a correct verifier fails a test with chance ALPHA on each machine. Spread 1e-3 over all the tests
+# of this file (Bonferroni); the biased verifiers of the power check still score p = 0 (chi-square over 1,600).
+ALPHA = 1e-3 / (len(registry()) * len(SETTINGS) + 3)
 
 
 @pytest.fixture(scope="module", autouse=True)
