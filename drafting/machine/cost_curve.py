@@ -39,6 +39,9 @@ SMALL_ROWS = 8
 class CostCurve:
     sizes: list[int]
     seconds: list[float]  # median seconds of one forward with that many rows
+    # measured twice on a quiet machine with bumps both times: the kernels' own shape, not a busy machine's
+    # spikes (drafting.machine.verify_cost), so later runs use it as it is instead of measuring it again
+    confirmed: bool = False
 
     def time(self, n: int) -> float:
         """Seconds for a forward of ``n`` rows, interpolated linearly (extrapolated past the last size)."""
@@ -93,11 +96,6 @@ def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> Pre
     return PrefixCost(short, curve_at(long_prefix), SHORT_PREFIX, long_prefix)
 
 
-def prefix_cost(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
-    """The cached curves at a short and (where the context allows) a long cache length."""
-    return at_two_lengths(lm, lambda prefix: cost_curve(lm, prefix=prefix, refresh=refresh))
-
-
 def _sync(lm: LoadedModel) -> None:
     """Wait for every CUDA device the model lives on (a device map spreads it over several)."""
     if lm.device.type != "cuda":
@@ -117,7 +115,8 @@ def curve_key(lm: LoadedModel, prefix: int) -> str:
 
 def _parse_curve(doc: dict, key: str) -> CostCurve | None:
     """A stored curve, if it has today's sizes (an older goose's powers of two are measured again)."""
-    curve = CostCurve(sizes=[int(n) for n in doc["sizes"]], seconds=[float(s) for s in doc["seconds"]])
+    curve = CostCurve(sizes=[int(n) for n in doc["sizes"]], seconds=[float(s) for s in doc["seconds"]],
+                      confirmed=doc.get("confirmed") is True)
     ok = tuple(curve.sizes) == DEFAULT_SIZES and len(curve.seconds) == len(curve.sizes)
     return curve if ok else None
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from drafting.engine.loaded_model import LoadedModel
-from drafting.machine.cost_curve import CostCurve, PrefixCost, prefix_cost
+from drafting.machine.cost_curve import CostCurve, PrefixCost, at_two_lengths, cost_curve, measure, store_curve
 from drafting.machine.curve_watch import detached, watch, watch_of
+from drafting.machine.load import LoadMeter
 
 
 def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
@@ -39,10 +40,23 @@ def sane_curve(lm):
     return result
 
 
+def checked(lm: LoadedModel, prefix: int, curve: CostCurve) -> CostCurve:
+    """``curve``, or where it fails ``is_sane`` a new measurement. A new one that fails too, on a quiet machine,
+    is the kernels' own shape (a format's few-row path can be slower than its next size): a busy machine's
+    spikes do not come back on a quiet one. It is kept as ``confirmed``, so the next process trusts it instead
+    of measuring it twice again at every start."""
+    if curve.confirmed or is_sane(curve):
+        return curve
+    with LoadMeter() as meter:
+        again = measure(lm, prefix=prefix)
+    busy = meter.load is not None and meter.load.busy
+    again.confirmed = not busy and not is_sane(again)
+    store_curve(lm, prefix, again, busy=busy)
+    return again
+
+
 def _build(lm: LoadedModel, refresh: bool = False) -> PrefixCost:
-    cost = prefix_cost(lm, refresh=refresh)
-    if not all(is_sane(c) for c in (cost.short, cost.long) if c is not None):
-        cost = prefix_cost(lm, refresh=True)
+    cost = at_two_lengths(lm, lambda prefix: checked(lm, prefix, cost_curve(lm, prefix=prefix, refresh=refresh)))
     long = monotone(cost.long) if cost.long is not None else None
     return PrefixCost(monotone(cost.short), long, cost.short_prefix, cost.long_prefix)
 
