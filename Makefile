@@ -22,8 +22,10 @@ run: $(STAMP)
 
 # `make test` leaves out the tests marked heavy (minutes each: whole commands re-run under faults, second real
 # models); `make test-heavy` runs just those, and CI runs both.
+# The light tier runs in TEST_WORKERS processes, each on its own share of the CPUs (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not heavy"
+	$(BIN)/python -m pytest -q -m "not heavy" -n $(TEST_WORKERS)
 
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -m heavy

@@ -14,7 +14,26 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from support.tinymodel import tiny_llama
+
+
+def _cpus_of_this_worker() -> None:
+    """Under pytest-xdist (``make test`` runs two workers), each worker takes its own share of the CPUs, as on a
+    smaller machine, before torch starts its threads: threads of two workers spread over the same cores wait for
+    each other at every parallel region (docs/speed.md), and goose's load meter then reads only the worker's own
+    CPUs, so the other worker does not make the machine look busy."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // count
+    if share >= 1:  # fewer CPUs than workers: leave them all to the scheduler
+        index = int(worker[2:]) % count
+        os.sched_setaffinity(0, cpus[index * share:(index + 1) * share])
+
+
+_cpus_of_this_worker()
+
+from support.tinymodel import tiny_llama  # noqa: E402  (imports torch: after the CPUs are chosen)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
