@@ -9,10 +9,15 @@ every step (``note_step``); a watch registered for the model (``watch``) collect
   generation starts its clock (``settle``) and replaced in place (every speculator holding it sees the new one);
 - slower by more than ``DRIFT`` while other processes hold the cores: the machine is oversubscribed; the curve
   is kept (a busy machine's figures must not shape later runs) and one notice says so (``take_notices``).
+
+Measuring takes seconds on a small model and minutes on a large one, so a re-measure says so on stderr when it
+starts, and a watch measures at most ``MAX_REMEASURES`` times: a curve still off after that disagrees with the
+steps for a reason measuring again cannot fix, and a notice says it is kept.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from dataclasses import replace
 from typing import Callable
@@ -22,6 +27,7 @@ from drafting.machine.load import LoadMeter
 
 DRIFT = 0.25
 WINDOW = 8  # one-row steps per check
+MAX_REMEASURES = 2  # per watch and process
 
 # keyed weakly by the model: a watch must never hold its model (see ``detached``), or the model lives for ever
 _WATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> CurveWatch
@@ -39,6 +45,7 @@ class CurveWatch:
         self.busy: str | None = None  # set once the machine was seen oversubscribed
         self.last_prefix: int | None = None  # cache length of the latest step (any size)
         self.pending = False  # found off: measure again at the next settle()
+        self.why = ""  # what the steps said when the curve was last found off
         self._meter = LoadMeter().start()
 
     def observe(self, rows: int, prefix: int, seconds: float) -> None:
@@ -58,14 +65,20 @@ class CurveWatch:
         elif ratio > 1 + DRIFT and load is not None and load.busy:
             self.busy = f"one-row steps take {ratio:.1f}x the cost curve and {load.describe()}"
             notice(f"machine oversubscribed: {self.busy}; this run's speed is not this machine's.")
-        else:
+        elif self.remeasured < MAX_REMEASURES:
             self.pending = True  # measured again by settle(), outside any timed generation
+            self.why = f"one-row steps take {ratio:.2f}x what it says"
+        else:
+            notice(f"cost curve kept: one-row steps still take {ratio:.2f}x what it says after measuring it again "
+                   f"{self.remeasured} times, so goose leaves it as it is for this run.")
         self._meter = LoadMeter().start()
 
     def settle(self) -> None:
         if not self.pending:
             return
         self.pending = False
+        print(f"goose: measuring the cost curve again ({self.why}); the next run starts after it.",
+              file=sys.stderr, flush=True)
         fresh = self.rebuild()
         self.cost.short, self.cost.long = fresh.short, fresh.long
         self.cost.short_prefix, self.cost.long_prefix = fresh.short_prefix, fresh.long_prefix

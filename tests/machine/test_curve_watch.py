@@ -50,6 +50,25 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
         curve_watch._WATCHES.pop(model, None)
 
 
+def test_a_curve_still_off_after_measuring_is_measured_at_most_twice_and_said_once(capsys):
+    """A curve that disagrees with the steps for a reason measuring cannot fix (a one-row probe unlike the
+    run's own one-row steps) must not be measured before every generation: on a 1.5B model that is minutes each."""
+    from drafting.machine.curve_watch import MAX_REMEASURES, WINDOW, CurveWatch, take_notices
+
+    calls = []
+    w = CurveWatch(_far_off_curve(), lambda: calls.append(1) or _far_off_curve())
+    take_notices()
+    for _ in range(MAX_REMEASURES + 3):
+        for _ in range(WINDOW):
+            w.observe(rows=1, prefix=100, seconds=0.01)
+        w.settle()
+    assert len(calls) == w.remeasured == MAX_REMEASURES
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == MAX_REMEASURES and all("measuring the cost curve again (one-row steps take" in s for s in said)
+    kept = take_notices()
+    assert len(kept) == 1 and kept[0].startswith("cost curve kept: one-row steps still take")
+
+
 def test_tree_steps_do_not_count_as_one_row_checks():
     from drafting.machine.curve_watch import WINDOW, CurveWatch
 
