@@ -42,6 +42,12 @@ class CostCurve:
     # measured twice on a quiet machine with bumps both times: the kernels' own shape, not a busy machine's
     # spikes (drafting.machine.verify_cost), so later runs use it as it is instead of measuring it again
     confirmed: bool = False
+    # a plain step's seconds as measured, where monotone() lowered the first point to a larger size's cost
+    # (a format whose 3 rows run faster than 1): what the run's own one-row steps are compared with
+    one_row_s: float | None = None
+
+    def one_row(self) -> float:
+        return self.one_row_s if self.one_row_s is not None else self.seconds[0]
 
     def time(self, n: int) -> float:
         """Seconds for a forward of ``n`` rows, interpolated linearly (extrapolated past the last size)."""
@@ -82,7 +88,8 @@ class PrefixCost:
             return self.short
         f = max(0.0, (prefix - self.short_prefix) / (self.long_prefix - self.short_prefix))
         seconds = [a + f * (b - a) for a, b in zip(self.short.seconds, self.long.seconds)]
-        return CostCurve(sizes=list(self.short.sizes), seconds=seconds)
+        a, b = self.short.one_row(), self.long.one_row()
+        return CostCurve(sizes=list(self.short.sizes), seconds=seconds, one_row_s=a + f * (b - a))
 
 
 def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> PrefixCost:

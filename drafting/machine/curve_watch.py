@@ -12,7 +12,9 @@ every step (``note_step``); a watch registered for the model (``watch``) collect
 
 Measuring takes seconds on a small model and minutes on a large one, so a re-measure says so on stderr when it
 starts, and a watch measures at most ``MAX_REMEASURES`` times: a curve still off after that disagrees with the
-steps for a reason measuring again cannot fix, and a notice says it is kept.
+steps for a reason measuring again cannot fix, and a notice says it is kept. The steps are compared with the
+one-row time as measured (``CostCurve.one_row``), not the monotone curve's first point, which a format whose
+few-row steps beat a one-row step lowers below what a plain step costs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from drafting.machine.load import LoadMeter
 
 DRIFT = 0.25
 WINDOW = 8  # one-row steps per check
-MAX_REMEASURES = 2  # per watch and process
+MAX_REMEASURES = 1  # per watch and process
 
 # keyed weakly by the model: a watch must never hold its model (see ``detached``), or the model lives for ever
 _WATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> CurveWatch
@@ -52,7 +54,7 @@ class CurveWatch:
         self.last_prefix = prefix
         if rows != 1 or seconds <= 0:
             return
-        self.ratios.append(seconds / self.cost.at(prefix).time(1))
+        self.ratios.append(seconds / self.cost.at(prefix).one_row())
         if len(self.ratios) >= WINDOW:
             self._check()
 

@@ -31,7 +31,7 @@ class PlainBaseline:
         if prefix is None:
             last = self.watch.last_prefix
             prefix = last if last is not None else self.cost.short_prefix
-        return self.cost.at(prefix).time(1)
+        return self.cost.at(prefix).one_row()
 
     @property
     def busy(self) -> str | None:

@@ -25,7 +25,7 @@ def monotone(curve):
         t[i] = min(t[i], t[i - 1] * n[i] / n[i - 1])
     for i in range(len(t) - 2, -1, -1):
         t[i] = min(t[i], t[i + 1])
-    return CostCurve(sizes=list(curve.sizes), seconds=t)
+    return CostCurve(sizes=list(curve.sizes), seconds=t, confirmed=curve.confirmed, one_row_s=curve.one_row())
 
 
 def sane_curve(lm):

@@ -60,3 +60,24 @@ def test_bumps_measured_on_a_busy_machine_are_not_trusted(tiny_lm, bumpy):
         Meter.busy = False
     assert bumpy == [256] and not curve.confirmed  # used by this run, never marked as the machine's own
     assert CURVES.read(curve_key(tiny_lm, 256)).confirmed is False
+
+
+def test_plain_steps_are_compared_with_the_one_row_time_as_measured():
+    """monotone() lowers a one-row point that costs more than 3 rows; plain steps at the measured one-row time
+    must not look off (they did by 1.2x, and the curve was measured again run after run)."""
+    from drafting.machine.cost_curve import PrefixCost
+    from drafting.machine.curve_watch import WINDOW, CurveWatch
+    from drafting.machine.plain_speed import PlainBaseline
+
+    raw = CostCurve(sizes=[1, 2, 3, 4], seconds=[0.062, 0.065, 0.052, 0.053])
+    curve = verify_cost.monotone(raw)
+    assert curve.seconds[0] == 0.052 and curve.one_row() == 0.062
+    cost = PrefixCost(curve, verify_cost.monotone(CostCurve(sizes=[1, 2, 3, 4], seconds=[0.080, 0.090, 0.070, 0.075])))
+    assert cost.at(256).one_row() == pytest.approx(0.062) and cost.at(cost.long_prefix).one_row() == pytest.approx(0.080)
+    w = CurveWatch(cost, lambda: pytest.fail("measured again"))
+    for _ in range(3 * WINDOW):
+        w.observe(rows=1, prefix=256, seconds=0.063)
+    assert not w.pending
+    plain = PlainBaseline.__new__(PlainBaseline)
+    plain.watch, plain.cost = w, cost
+    assert plain.step_s(256) == pytest.approx(0.062)

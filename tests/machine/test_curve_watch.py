@@ -50,7 +50,7 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
         curve_watch._WATCHES.pop(model, None)
 
 
-def test_a_curve_still_off_after_measuring_is_measured_at_most_twice_and_said_once(capsys):
+def test_a_curve_still_off_after_measuring_is_measured_at_most_once_a_run_and_said_once(capsys):
     """A curve that disagrees with the steps for a reason measuring cannot fix (a one-row probe unlike the
     run's own one-row steps) must not be measured before every generation: on a 1.5B model that is minutes each."""
     from drafting.machine.curve_watch import MAX_REMEASURES, WINDOW, CurveWatch, take_notices
