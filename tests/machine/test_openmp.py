@@ -15,9 +15,17 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or torch.get_num_threads() < 2,
-                    reason="needs Linux and torch running more than one thread")
-def test_release_lets_the_workers_go_and_torch_still_runs():
+@pytest.fixture
+def a_team():
+    """At least two torch threads, so a parallel region makes a team (``make test``'s workers run one each)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(2, before))
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the threads of /proc/self/task")
+def test_release_lets_the_workers_go_and_torch_still_runs(a_team):
     a = torch.randn(256, 256)
     (a @ a).sum()  # a parallel region: this thread's OpenMP team now exists
     before = _threads()
