@@ -38,7 +38,11 @@ from support.tinymodel import tiny_llama  # noqa: E402  (imports torch: after th
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
-REAL_CACHE = Path(os.environ.get("GOOSE_CACHE") or Path.home() / ".cache" / "goose")
+# pytest-xdist's workers inherit the first process's environment, GOOSE_CACHE (its test cache) included: the
+# user's real cache is passed on under a name of its own
+REAL_CACHE = Path(os.environ.get("GOOSE_TEST_REAL_CACHE") or os.environ.get("GOOSE_CACHE")
+                  or Path.home() / ".cache" / "goose")
+os.environ["GOOSE_TEST_REAL_CACHE"] = str(REAL_CACHE)
 TEST_CACHE = Path(tempfile.mkdtemp(prefix="goose-test-cache-"))
 os.environ["GOOSE_CACHE"] = str(TEST_CACHE)  # set on import: before any fixture loads a model
 
