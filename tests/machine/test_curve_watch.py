@@ -50,11 +50,13 @@ def test_decode_steps_re_measure_a_curve_that_disagrees(tiny_lm):
         curve_watch._WATCHES.pop(model, None)
 
 
-def test_a_curve_still_off_after_measuring_is_measured_at_most_once_a_run_and_said_once(capsys):
+def test_a_curve_still_off_after_measuring_is_measured_at_most_once_a_run_and_said_once(capsys, monkeypatch):
     """A curve that disagrees with the steps for a reason measuring cannot fix (a one-row probe unlike the
     run's own one-row steps) must not be measured before every generation: on a 1.5B model that is minutes each."""
+    from drafting.machine import curve_watch
     from drafting.machine.curve_watch import MAX_REMEASURES, WINDOW, CurveWatch, take_notices
 
+    monkeypatch.setattr(curve_watch, "_SAID", set())  # said once a process: an earlier test may have said it
     calls = []
     w = CurveWatch(_far_off_curve(), lambda: calls.append(1) or _far_off_curve())
     take_notices()
