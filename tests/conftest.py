@@ -1,8 +1,9 @@
 """Shared fixtures: a tiny random Llama for mechanics, the embedded model for end-to-end losslessness.
 
-Every test session gets its own empty goose cache (``$GOOSE_CACHE``, inherited by the CLI subprocesses), so no
-test depends on converted models or cost curves left by earlier runs; the embedded model converts once per
-session. The user's real cache is watched: a test that changes it fails, and so does the session.
+Every test session gets its own empty goose cache (``$GOOSE_CACHE``, inherited by the CLI subprocesses and
+shared by pytest-xdist's workers), so no test depends on converted models or cost curves left by earlier runs;
+the embedded model converts once per session. The user's real cache is watched: a test that changes it fails,
+and so does the session.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ EXAMPLES = ROOT / "examples"
 REAL_CACHE = Path(os.environ.get("GOOSE_TEST_REAL_CACHE") or os.environ.get("GOOSE_CACHE")
                   or Path.home() / ".cache" / "goose")
 os.environ["GOOSE_TEST_REAL_CACHE"] = str(REAL_CACHE)
-TEST_CACHE = Path(tempfile.mkdtemp(prefix="goose-test-cache-"))
+# One cache for the whole run: an xdist worker takes the first process's, so each model is converted and each
+# cost curve measured once, not once a worker (goose's cache is made for processes sharing it).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "GOOSE_TEST_CACHE" in os.environ
+TEST_CACHE = Path(os.environ["GOOSE_TEST_CACHE"]) if WORKER else Path(tempfile.mkdtemp(prefix="goose-test-cache-"))
+os.environ["GOOSE_TEST_CACHE"] = str(TEST_CACHE)
 os.environ["GOOSE_CACHE"] = str(TEST_CACHE)  # set on import: before any fixture loads a model
 
 
@@ -91,7 +96,8 @@ _run_changes: list[str] = []
 def pytest_sessionfinish(session, exitstatus):
     """The last word: anything (a session fixture, a subprocess) that changed the real cache fails the run."""
     _run_changes.extend(cache_changes(_real_cache_at_start, cache_snapshot(REAL_CACHE)))
-    shutil.rmtree(TEST_CACHE, ignore_errors=True)
+    if not WORKER:  # the first process outlives its workers
+        shutil.rmtree(TEST_CACHE, ignore_errors=True)
     if _run_changes:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
