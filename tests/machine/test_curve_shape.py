@@ -14,6 +14,11 @@ from drafting.machine.load import Load
 BUMPY_MS = [60.0, 80.0, 55.0, 54.0, 52.0, 64.0, 71.0, 85.0, 98.0, 118.0, 143.0, 186.0, 249.0, 430.0]
 
 
+
+def bumpy_curve() -> CostCurve:
+    return CostCurve(sizes=list(DEFAULT_SIZES), seconds=[ms / 1000 for ms in BUMPY_MS])
+
+
 class Meter:
     """The load meter with a machine state chosen by the test."""
 
@@ -34,7 +39,7 @@ def bumpy(monkeypatch, tmp_path):
 
     def measure(lm, prefix=256, **kw):
         calls.append(prefix)
-        return CostCurve(sizes=list(DEFAULT_SIZES), seconds=[ms / 1000 for ms in BUMPY_MS])
+        return bumpy_curve()
 
     monkeypatch.setattr(verify_cost, "measure", measure)
     monkeypatch.setattr("drafting.machine.cost_curve.measure", measure)
@@ -42,8 +47,7 @@ def bumpy(monkeypatch, tmp_path):
 
 
 def test_bumps_that_come_back_are_kept_and_trusted_next_time(tiny_lm, bumpy):
-    bumpy_curve = CostCurve(sizes=list(DEFAULT_SIZES), seconds=[ms / 1000 for ms in BUMPY_MS])
-    assert not verify_cost.is_sane(bumpy_curve)  # what the check was made for: it looks like a spike
+    assert not verify_cost.is_sane(bumpy_curve())  # what the check was made for: it looks like a spike
     first = verify_cost.checked(tiny_lm, 256, cost_curve(tiny_lm, prefix=256))
     assert bumpy == [256, 256] and first.confirmed  # measured, failed the check, measured again: the same
     bumpy.clear()
@@ -54,7 +58,7 @@ def test_bumps_that_come_back_are_kept_and_trusted_next_time(tiny_lm, bumpy):
 def test_bumps_measured_on_a_busy_machine_are_not_trusted(tiny_lm, bumpy):
     Meter.busy = True
     try:
-        store_curve(tiny_lm, 256, CostCurve(sizes=list(DEFAULT_SIZES), seconds=[ms / 1000 for ms in BUMPY_MS]))
+        store_curve(tiny_lm, 256, bumpy_curve())
         curve = verify_cost.checked(tiny_lm, 256, cost_curve(tiny_lm, prefix=256))
     finally:
         Meter.busy = False
