@@ -83,13 +83,22 @@ class PrefixCost:
     short_prefix: int = SHORT_PREFIX
     long_prefix: int = LONG_PREFIX
 
+    def _weight(self, prefix: int) -> float:
+        return max(0.0, (prefix - self.short_prefix) / (self.long_prefix - self.short_prefix))
+
+    def one_row(self, prefix: int) -> float:
+        """``at(prefix).one_row()`` without building the curve (read on every one-row step)."""
+        if self.long is None:
+            return self.short.one_row()
+        a = self.short.one_row()
+        return a + self._weight(prefix) * (self.long.one_row() - a)
+
     def at(self, prefix: int) -> CostCurve:
         if self.long is None:
             return self.short
-        f = max(0.0, (prefix - self.short_prefix) / (self.long_prefix - self.short_prefix))
+        f = self._weight(prefix)
         seconds = [a + f * (b - a) for a, b in zip(self.short.seconds, self.long.seconds)]
-        a, b = self.short.one_row(), self.long.one_row()
-        return CostCurve(sizes=list(self.short.sizes), seconds=seconds, one_row_s=a + f * (b - a))
+        return CostCurve(sizes=list(self.short.sizes), seconds=seconds, one_row_s=self.one_row(prefix))
 
 
 def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> PrefixCost:
@@ -171,11 +180,17 @@ def cost_curve(lm: LoadedModel, prefix: int = SHORT_PREFIX, refresh: bool = Fals
     """The cached curve for this model, device, dtype, weight format and thread count; measured when missing
     (and stored, unless other processes held the cores meanwhile)."""
     cached = None if refresh else CURVES.read(curve_key(lm, prefix))
-    if cached is not None:
-        return cached
+    return cached if cached is not None else measured_curve(lm, prefix)
+
+
+def measured_curve(lm: LoadedModel, prefix: int, confirm: Callable[[CostCurve], bool] | None = None) -> CostCurve:
+    """A curve measured now and stored, unless other processes held the cores meanwhile; on a quiet machine,
+    ``confirm(curve)`` says whether to mark it ``confirmed``."""
     with LoadMeter() as meter:
         curve = measure(lm, prefix=prefix)
-    store_curve(lm, prefix, curve, busy=meter.load is not None and meter.load.busy)
+    busy = meter.load is not None and meter.load.busy
+    curve.confirmed = confirm is not None and not busy and confirm(curve)
+    store_curve(lm, prefix, curve, busy=busy)
     return curve
 
 

@@ -54,7 +54,7 @@ class CurveWatch:
         self.last_prefix = prefix
         if rows != 1 or seconds <= 0:
             return
-        self.ratios.append(seconds / self.cost.at(prefix).one_row())
+        self.ratios.append(seconds / self.cost.one_row(prefix))
         if len(self.ratios) >= WINDOW:
             self._check()
 

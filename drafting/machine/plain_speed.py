@@ -31,7 +31,7 @@ class PlainBaseline:
         if prefix is None:
             last = self.watch.last_prefix
             prefix = last if last is not None else self.cost.short_prefix
-        return self.cost.at(prefix).one_row()
+        return self.cost.one_row(prefix)
 
     @property
     def busy(self) -> str | None:

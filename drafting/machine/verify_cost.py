@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from drafting.engine.loaded_model import LoadedModel
-from drafting.machine.cost_curve import CostCurve, PrefixCost, at_two_lengths, cost_curve, measure, store_curve
+from drafting.machine.cost_curve import CostCurve, PrefixCost, at_two_lengths, cost_curve, measured_curve
 from drafting.machine.curve_watch import detached, watch, watch_of
-from drafting.machine.load import LoadMeter
 
 
 def is_sane(curve, slack: float = 1.3, noise_s: float = 0.002) -> bool:
@@ -47,12 +46,7 @@ def checked(lm: LoadedModel, prefix: int, curve: CostCurve) -> CostCurve:
     of measuring it twice again at every start."""
     if curve.confirmed or is_sane(curve):
         return curve
-    with LoadMeter() as meter:
-        again = measure(lm, prefix=prefix)
-    busy = meter.load is not None and meter.load.busy
-    again.confirmed = not busy and not is_sane(again)
-    store_curve(lm, prefix, again, busy=busy)
-    return again
+    return measured_curve(lm, prefix, confirm=lambda again: not is_sane(again))
 
 
 def _build(lm: LoadedModel, refresh: bool = False) -> PrefixCost:

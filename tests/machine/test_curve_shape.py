@@ -34,14 +34,13 @@ class Meter:
 @pytest.fixture
 def bumpy(monkeypatch, tmp_path):
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
-    monkeypatch.setattr(verify_cost, "LoadMeter", Meter)
+    monkeypatch.setattr("drafting.machine.cost_curve.LoadMeter", Meter)
     calls = []
 
     def measure(lm, prefix=256, **kw):
         calls.append(prefix)
         return bumpy_curve()
 
-    monkeypatch.setattr(verify_cost, "measure", measure)
     monkeypatch.setattr("drafting.machine.cost_curve.measure", measure)
     return calls
 
