@@ -16,19 +16,21 @@ from pathlib import Path
 
 import pytest
 
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... in a pytest-xdist worker, else ""
+
 
 def _cpus_of_this_worker() -> None:
     """Under pytest-xdist (``make test`` runs two workers), each worker takes its own share of the CPUs, as on a
     smaller machine, before torch starts its threads: threads of two workers spread over the same cores wait for
     each other at every parallel region (docs/speed.md), and goose's load meter then reads only the worker's own
     CPUs, so the other worker does not make the machine look busy."""
-    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not XDIST_WORKER or count < 2 or not hasattr(os, "sched_setaffinity"):
         return
     cpus = sorted(os.sched_getaffinity(0))
     share = len(cpus) // count
     if share >= 1:  # fewer CPUs than workers: leave them all to the scheduler
-        index = int(worker[2:]) % count
+        index = int(XDIST_WORKER[2:]) % count
         os.sched_setaffinity(0, cpus[index * share:(index + 1) * share])
 
 
@@ -46,8 +48,8 @@ REAL_CACHE = Path(os.environ.get("GOOSE_TEST_REAL_CACHE") or os.environ.get("GOO
 os.environ["GOOSE_TEST_REAL_CACHE"] = str(REAL_CACHE)
 # One cache for the whole run: an xdist worker takes the first process's, so each model is converted and each
 # cost curve measured once, not once a worker (goose's cache is made for processes sharing it).
-WORKER = os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "GOOSE_TEST_CACHE" in os.environ
-TEST_CACHE = Path(os.environ["GOOSE_TEST_CACHE"]) if WORKER else Path(tempfile.mkdtemp(prefix="goose-test-cache-"))
+SHARED = bool(XDIST_WORKER) and "GOOSE_TEST_CACHE" in os.environ
+TEST_CACHE = Path(os.environ["GOOSE_TEST_CACHE"]) if SHARED else Path(tempfile.mkdtemp(prefix="goose-test-cache-"))
 os.environ["GOOSE_TEST_CACHE"] = str(TEST_CACHE)
 os.environ["GOOSE_CACHE"] = str(TEST_CACHE)  # set on import: before any fixture loads a model
 
@@ -96,7 +98,7 @@ _run_changes: list[str] = []
 def pytest_sessionfinish(session, exitstatus):
     """The last word: anything (a session fixture, a subprocess) that changed the real cache fails the run."""
     _run_changes.extend(cache_changes(_real_cache_at_start, cache_snapshot(REAL_CACHE)))
-    if not WORKER:  # the first process outlives its workers
+    if not SHARED:  # the first process outlives its workers and removes it
         shutil.rmtree(TEST_CACHE, ignore_errors=True)
     if _run_changes:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
