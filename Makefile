@@ -20,12 +20,13 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/goose bench examples/prompts.jsonl --speculators hf-ar,pld,goose --max-new-tokens 64
 
-# `make test` leaves out the tests marked heavy (minutes each: whole commands re-run under faults, second real
-# models); `make test-heavy` runs just those, and CI runs both.
-# The light tier runs in TEST_WORKERS processes, each on its own share of the CPUs (tests/conftest.py).
+# `make test` leaves out the tests marked heavy (minutes each: whole commands and conversions re-run in fresh
+# processes or under faults, the docs' examples, second real models); `make test-heavy` runs just those, and CI
+# runs both. The light tier runs in TEST_WORKERS processes, each on its own share of the CPUs (tests/conftest.py);
+# worksteal hands a worker that runs dry the other's queued tests, so the run does not end on one long queue.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not heavy" -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -m "not heavy" -n $(TEST_WORKERS) --dist worksteal
 
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -m heavy
