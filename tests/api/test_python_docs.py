@@ -7,9 +7,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
+@pytest.mark.heavy  # a fresh process loading the model twice and decoding every example: minutes under make test's workers
 def test_python_doc_snippets_run(tmp_path):
     text = (ROOT / "docs" / "python.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

@@ -145,7 +145,7 @@ def test_run_writes_json_shape_traces_and_skips_overlong_prompt(prompt_file, tmp
     assert "speedup vs ar" in proc.stdout and "details per speculator" in proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a whole bench interrupted, then resumed, in fresh processes
 def test_ctrl_c_leaves_valid_partial_json_and_resume_completes(tmp_path):
     lines = [json.dumps({"id": f"q{i}", "task": "t", "prompt": f"Count from {i} to {i + 20}, one number per line."})
              for i in range(8)]  # more than it gets through before the signal, however fast the machine

@@ -121,6 +121,7 @@ def test_detokenizer_streams_exact_text_from_short_windows(embedded_lm):
 CLI_TURNS = TURNS[:4]  # the ten turns are proven in-process above; the CLI's own path needs a few
 
 
+@pytest.mark.heavy  # two whole chat commands in fresh processes; the ten-turn tests above prove it in-process
 def test_plain_chat_kept_and_full_prefill_give_the_same_answers():
     """The measured path: `goose chat --plain` piped, four turns, with and without --full-prefill."""
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",

@@ -204,7 +204,7 @@ def test_a_truncated_assembled_file_is_assembled_again_with_a_note(chunked_model
 
 # --- the converted GGUF folder ---------------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two conversions, the first crashed on purpose
 def test_a_crash_mid_conversion_leaves_no_folder_a_load_trusts(small_gguf, tmp_path, monkeypatch, capsys):
     import safetensors.torch
 
@@ -277,7 +277,7 @@ if role == "second":
 """
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two fresh processes racing through a conversion; make test's two workers also share one cache
 def test_two_first_loads_at_once_both_succeed_and_leave_one_folder(small_gguf, tmp_path):
     """Two processes convert one GGUF (2 layers of the embedded model) into one empty cache at once; the first is
     held inside its conversion until the second has converted, loaded and decoded."""
