@@ -95,7 +95,7 @@ def stream(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPEC
     with _model_lock(lm.model), _borrowing(lm):
         decoder = _decoder(lm, key, speculator, fresh=seed is not None, claim=state)
     from drafting.engine.acceptance import make_acceptor
-    from drafting.engine.sampling import SamplingParams
+    from drafting.engine.sampling_params import SamplingParams
 
     acceptor = make_acceptor(SamplingParams(temperature, top_k, top_p, seed))  # this call's own, not the decoder's
     try:
@@ -210,7 +210,7 @@ def _stats(result, records: list[StepRecord], tokens: int) -> dict:
 
 
 def _check_options(max_new_tokens, temperature, top_k, top_p, seed, stop) -> list[str]:
-    from drafting.engine.sampling import seed_in_range, temperature_problem
+    from drafting.engine.sampling_params import seed_in_range, temperature_problem
 
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive whole number of tokens, not {max_new_tokens!r}.")

@@ -52,26 +52,33 @@ def bench(
     seed: Seed = None,
 ) -> None:
     """Run speculators in turn on every prompt, check each output against `ar` and report speedups."""
-    from drafting.bench import BenchError, BenchSettings, ResultsFile, build_contenders, run_bench, split_specs
-    from drafting.errors import UnsupportedModelError
-    from drafting.machine.curve_watch import take_notices
-    from drafting.baselines.llama_cpp import LlamaCppError
-    from drafting.baselines.registry import NAMES as BASELINES
-    from drafting.machine.memory import gib, peak_rss_bytes
-    from drafting.machine.openmp import describe_settings
     from drafting.bench.prompt_file import PromptFileError, read_prompts
-    from drafting.bench.results import read_resumable
-    from drafting.errors import SpecError
-    from drafting.speculators import parse_spec
 
-    from goosecli.bench_report import Report
-
+    # what needs no torch is checked first: a mistyped option or a bad prompt file answers in a moment
     params = sampling_or_fail(temperature, top_k, top_p, seed)
     task_set = {t.strip() for t in tasks.split(",") if t.strip()} if tasks else None
     try:
         prompt_list = read_prompts(prompts, tasks=task_set, limit=limit)
     except PromptFileError as exc:
         fail(str(exc))
+    if trace is not None and trace.exists() and not trace.is_dir():
+        fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
+
+    from drafting.bench.contenders import build_contenders, split_specs
+    from drafting.bench.results import BenchError, ResultsFile, read_resumable
+    from drafting.bench.runner import run_bench
+    from drafting.bench.settings import BenchSettings
+    from drafting.errors import UnsupportedModelError
+    from drafting.machine.curve_watch import take_notices
+    from drafting.baselines.llama_cpp import LlamaCppError
+    from drafting.baselines.registry import NAMES as BASELINES
+    from drafting.machine.memory import gib, peak_rss_bytes
+    from drafting.machine.openmp import describe_settings
+    from drafting.errors import SpecError
+    from drafting.speculators import parse_spec
+
+    from goosecli.bench_report import Report
+
     specs = split_specs(speculators)
     if not specs:
         fail("--speculators is empty; name at least one speculator, e.g. pld.")
@@ -81,8 +88,6 @@ def bench(
                 parse_spec(spec)
     except SpecError as exc:
         fail(str(exc))
-    if trace is not None and trace.exists() and not trace.is_dir():
-        fail(f"--trace {str(trace)!r} is a file; give a folder for the trace files.")
     try:
         read_resumable(json_out, resume)  # a file that cannot be resumed is refused before the model loads
     except BenchError as exc:

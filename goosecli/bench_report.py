@@ -34,7 +34,7 @@ class Report:
 
     @contextmanager
     def progress(self, total: int):
-        from drafting.bench import Skip
+        from drafting.bench.results import Skip
         from drafting.machine.curve_watch import take_notices
 
         bar = Progress(

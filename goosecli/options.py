@@ -50,7 +50,7 @@ def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | N
 
 
 def sampling_or_fail(temperature: float, top_k: int, top_p: float, seed: int | None):
-    from drafting.engine.sampling import SamplingParams
+    from drafting.engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     try:

@@ -116,7 +116,7 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
     from drafting.machine.step_hooks import machine_hooks
     from drafting.models.chat_template import encode
     from drafting.engine.acceptance import make_acceptor
-    from drafting.engine.sampling import SamplingParams
+    from drafting.engine.sampling_params import SamplingParams
     from drafting.engine.trace import TraceWriter
 
     specs = [s.strip() for s in speculators.split(",") if s.strip()]

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import torch
 
-from drafting.bench import BenchSettings, ResultsFile, build_contenders, run_bench
+from drafting.bench.contenders import build_contenders
+from drafting.bench.results import ResultsFile
+from drafting.bench.runner import run_bench
+from drafting.bench.settings import BenchSettings
 from drafting.bench.prompt_file import read_prompts
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 
 SPECS = "ar,pld,goose"
 

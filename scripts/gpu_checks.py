@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from drafting.bench import TIE_MARGIN  # the bench's near-tie rule: a flip where `ar`'s top-2 gap is this small
+from drafting.bench.identity import TIE_MARGIN  # the bench's near-tie rule: a flip where `ar`'s top-2 gap is this small
 from drafting.machine.cost_curve import measure
 from drafting.engine.decode import Decoder
 from drafting.engine.hooks import RecordMargins
@@ -143,7 +143,7 @@ def doctor(lm, sizes: tuple[int, ...], prefix: int, repeats: int = 3) -> dict:
 def timer_overhead(lm, calls: int = 50) -> tuple[float, float]:
     """(seconds per one-row forward, extra seconds per forward with the bench's forward timer attached), each
     the best of two back-to-back loops that wait for the device only at their end."""
-    from drafting.bench import ForwardTimer
+    from drafting.bench.timing import ForwardTimer
 
     fwd = Forward(lm.model, lm.dtype, lm.device)
     cache = new_cache(lm.model.config)

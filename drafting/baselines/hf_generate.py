@@ -25,7 +25,7 @@ from drafting.models.footprint import check_room
 from drafting.models.gguf_convert import converted_folder
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.loader import _quiet_transformers
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 from drafting.weights.formats import WEIGHT_FORMATS
 
 NAME = "hf-ar"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from drafting.baselines.hf_generate import HFGenerate
 from drafting.engine.loaded_model import LoadedModel
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 
 NAME = "hf-pld"
 LOOKUP_TOKENS = 10

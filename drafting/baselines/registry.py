@@ -8,7 +8,7 @@ from drafting.baselines.hf_pld import NAME as HF_PLD, HFPromptLookup
 from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
 from drafting.baselines.protocol import Baseline
 from drafting.engine.loaded_model import LoadedModel
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 from drafting.errors import SpecError
 
 WHAT = {

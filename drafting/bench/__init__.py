@@ -13,21 +13,9 @@ One idea per module:
 - ``traces``: the step-record trace file of one run;
 - ``summary``: what is aggregated over records and runs;
 - ``results``: the results file, resume, and skipped prompts;
-- ``runner``: warm-up and the loop over prompts and contenders.
+- ``runner``: warm-up and the loop over prompts and contenders;
+- ``prompt_file``: reading a prompt file (no torch: `goose bench` refuses a bad file before loading anything).
+
+Import what you use from its module: this package imports none of them, so reading a prompt file costs no
+torch start-up.
 """
-
-from drafting.bench.contenders import REFERENCE, Contender, build_contenders, split_specs
-from drafting.bench.identity import TIE_MARGIN, first_divergence, tie_check
-from drafting.bench.one_prompt import run_one
-from drafting.bench.results import BenchError, ResultsFile, Skip
-from drafting.bench.runner import prompt_fits, run_bench, warm_up
-from drafting.bench.settings import BenchSettings
-from drafting.bench.summary import aggregate_info, summarize
-from drafting.bench.timing import ForwardTimer
-from drafting.bench.traces import trace_path, write_trace
-
-__all__ = [
-    "REFERENCE", "TIE_MARGIN", "BenchError", "BenchSettings", "Contender", "ForwardTimer", "ResultsFile", "Skip",
-    "aggregate_info", "build_contenders", "first_divergence", "prompt_fits", "run_bench", "run_one",
-    "split_specs", "summarize", "tie_check", "trace_path", "warm_up", "write_trace",
-]

@@ -13,7 +13,7 @@ from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder, GenerationResult
 from drafting.engine.hooks import RecordMargins
 from drafting.engine.loaded_model import LoadedModel
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 from drafting.machine.step_hooks import machine_hooks
 from drafting.speculators import create
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 from drafting.bench.identity import TIE_MARGIN
 
 

@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 
 from drafting.engine.fast_topk import row_argmax
-from drafting.engine.sampling import SamplingParams, sample, warp
+from drafting.engine.sampling import sample, warp
+from drafting.engine.sampling_params import SamplingParams
 from drafting.engine.tree import DraftTree
 
 Acceptor = Callable[[DraftTree, torch.Tensor], tuple[list[int], int]]

@@ -24,7 +24,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder
-from drafting.engine.sampling import SamplingParams
+from drafting.engine.sampling_params import SamplingParams
 from drafting.machine.step_hooks import machine_hooks
 from drafting.models.borrowed import borrowed, wrap_model
 from drafting.speculators import create

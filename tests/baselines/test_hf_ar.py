@@ -17,7 +17,7 @@ def _run(spec, pid, tokens, wall, task="t"):
 
 
 def test_speedups_are_given_against_ar_and_the_faster_plain_decoding():
-    from drafting.bench import summarize
+    from drafting.bench.summary import summarize
     from drafting.bench.summary import plain_reference
 
     runs = [_run("ar", "a", 40, 4.0), _run("hf-ar", "a", 40, 2.0), _run("goose", "a", 40, 1.0),

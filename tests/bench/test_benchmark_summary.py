@@ -2,7 +2,9 @@
 
 import pytest
 
-from drafting.bench import aggregate_info, first_divergence, split_specs, summarize
+from drafting.bench.contenders import split_specs
+from drafting.bench.identity import first_divergence
+from drafting.bench.summary import aggregate_info, summarize
 from drafting.engine.trace import source_counts
 from drafting.engine.trace import StepRecord
 
@@ -77,7 +79,7 @@ def test_first_divergence():
 def test_results_file_is_valid_after_each_run_and_resume_checks_settings(tmp_path):
     import json
 
-    from drafting.bench import BenchError, ResultsFile
+    from drafting.bench.results import BenchError, ResultsFile
 
     out = tmp_path / "r.json"
     meta = {"model": "m", "max_new_tokens": 8, "sampling": {"temperature": 0.0}, "raw": False, "prompt_file": "p"}

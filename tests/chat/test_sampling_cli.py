@@ -32,7 +32,7 @@ def test_sampling_bad_top_p_fails_in_one_sentence(command, args):
 def test_sampling_viz_records_with_the_sampling_acceptor(tmp_path):
     """`goose viz --prompt` records its traces through make_acceptor: the settings are in the trace header, and a
     seeded sampled trace repeats itself."""
-    from drafting.engine.sampling import SamplingParams
+    from drafting.engine.sampling_params import SamplingParams
     from goosecli.viz import record
 
     def run(folder, params):

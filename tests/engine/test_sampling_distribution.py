@@ -22,7 +22,8 @@ import torch
 
 from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder
-from drafting.engine.sampling import SamplingParams, warp
+from drafting.engine.sampling import warp
+from drafting.engine.sampling_params import SamplingParams
 from drafting.speculators import create, registry
 from support.sampling_reference import chi_square, reference_warp
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from drafting.engine.acceptance import TreeSampler, greedy_acceptor, make_acceptor, sibling_choice
-from drafting.engine.sampling import SamplingParams, sample, warp
+from drafting.engine.sampling import sample, warp
+from drafting.engine.sampling_params import SamplingParams
 from drafting.engine.tree import DraftTree
 from support.sampling_reference import reference_warp
 

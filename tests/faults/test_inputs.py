@@ -11,7 +11,8 @@ import torch
 from support.cli import run_goose
 
 import drafting
-from drafting.engine.sampling import SamplingParams, warp
+from drafting.engine.sampling import warp
+from drafting.engine.sampling_params import SamplingParams
 
 NAN, INF = float("nan"), float("inf")
 MIN_TEMPERATURE = 1e-6  # the documented bound

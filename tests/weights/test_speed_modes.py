@@ -24,7 +24,7 @@ def goose(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 def test_tie_check_counts_only_near_ties():
-    from drafting.bench import tie_check
+    from drafting.bench.identity import tie_check
 
     margins = [3.0, 0.2, 1.5]
     assert tie_check(None, margins, 0.5)["exact_up_to_ties"] is True
@@ -77,7 +77,7 @@ def test_int8_layer_multiplies_by_its_rounded_weights():
 def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from dataclasses import replace
 
-    from drafting.bench import first_divergence, tie_check
+    from drafting.bench.identity import first_divergence, tie_check
     from drafting.engine.decode import Decoder
     from drafting.engine.loaded_model import LoadedModel
     from drafting.machine.verify_cost import with_verify_cost
