@@ -62,7 +62,9 @@ def vllm_table(doc: dict) -> str:
     summary = doc["summary"]
     lines: list[str] = []
     for c in sorted(doc.get("concurrency", [1])):
-        figures = {name: s.get("by_concurrency", {}).get(str(c), s) for name, s in summary.items()}
+        # a file written before --concurrency has one request at a time only, at the top of each method
+        figures = {name: s["by_concurrency"][str(c)] if "by_concurrency" in s else s for name, s in summary.items()
+                   if "by_concurrency" not in s or str(c) in s["by_concurrency"]}
         base = figures.get("none", {}).get("tokens_per_s") or 0.0
         ngram = figures.get("ngram", {}).get("tokens_per_s") or 0.0
         if len(doc.get("concurrency", [1])) > 1:
@@ -119,9 +121,9 @@ def main(argv: list[str] | None = None) -> None:
     if doc.get("complete") is False:
         print(f"results.py: warning: {args.results} is from an unfinished run.", file=sys.stderr)
     if "runs" in doc and doc["runs"] and "method" in doc["runs"][0]:  # a vllm_bench file
-        load = ", ".join(str(c) for c in doc.get("concurrency", [1]))
+        load = ", ".join(str(c) for c in sorted(doc.get("concurrency", [1])))
         body = (f"`{doc.get('model_name', doc.get('model'))}` inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, "
-                f"{'one request at a time' if load == '1' else f'conversations in flight: {load}'}, "
+                f"{'one request at a time' if load == '1' else f'{load} conversations in flight'}, "
                 f"{len({r['id'] for r in doc['runs']})} prompts.\n\n```bash\n{args.command}\n```\n\n"
                 + vllm_table(doc))
     else:
