@@ -161,7 +161,8 @@ def render(result: dict) -> None:
         left = {0, len(cols) - 1}
         print(title)
         for k, row in enumerate([cols] + lines):
-            print("  ".join(str(x).ljust(w) if i in left else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths))))
+            print("  ".join(str(x).ljust(w) if i in left else str(x).rjust(w)
+                            for i, (x, w) in enumerate(zip(row, widths))))
             if k == 0:
                 print("  ".join("-" * w for w in widths))
         print()

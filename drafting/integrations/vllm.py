@@ -13,7 +13,8 @@ chains losslessly, so a wrong draft costs time, never output.
 
 The custom-class hook is not told request ids, and vLLM moves rows when requests finish, so a request is
 recognised by its stream (length, first and last tokens) and its state follows it to its new row. State a
-call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. This module
+call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. Each call
+then keeps only the draft tokens that pay for their verification in a batch of that size (batch_budget.py). This module
 does not import vLLM: the class is exercised without it, and only reads the two config fields it needs.
 Its own settings (SETTINGS below) come from the environment variable GOOSE_VLLM_SETTINGS, e.g.
 ``spine=full,min_path=0.2``, which vLLM's engine and worker processes inherit.
@@ -78,13 +79,14 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting knee_prior must be above 0, not {out['knee_prior']}.")
     return out
 
-_SHARED_TABLES: dict[int | None, TokenAdjacency] = {}
+
 # a child of vLLM's logger, so the line appears in vLLM's own log format
 LOG = logging.getLogger("vllm.goose")
 LOG_EVERY = 2000  # steps between two lines on what the step budget reads
 
 SOURCE_DECAY = 0.99  # the process-wide acceptance of a source fades by this per verified draft of it
 
+_SHARED_TABLES: dict[int | None, TokenAdjacency] = {}
 # Tables kept per process, one per vocabulary size; one more drops the one made first (a process serves one
 # model, so this only bounds memory where several are built in turn). Each table has its own bound
 # (token_adjacency.TokenAdjacency.max_entries).
@@ -145,7 +147,7 @@ class GooseProposer:
         self.budget = s["budget"] == "cost"
         self.cost = StepCost(prior=s["knee_prior"], fixed=None if s["knee"] == "auto" else s["knee"])
         # per-token acceptance of each source over every request of this proposer: a new request's prior
-        self.source_acceptance = {SPINE: ChainAcceptance(decay=SOURCE_DECAY), TABLE: ChainAcceptance(decay=SOURCE_DECAY)}
+        self.source_acceptance = {s: ChainAcceptance(decay=SOURCE_DECAY) for s in (SPINE, TABLE)}
         self._clock = clock
         self._last_call: float | None = None
         self._last_verified = 0  # tokens the step after the previous call verifies: one per request + its drafts

@@ -1,5 +1,6 @@
-"""GooseProposer behind vLLM's OpenAI-compatible server (`vllm serve`, through scripts/vllm_serve.py): the same chat requests to a server without
-speculation and to one drafting with GOOSE get the same answers, token for token, and the second one did draft.
+"""GooseProposer behind vLLM's OpenAI-compatible server (`vllm serve`, through scripts/vllm_serve.py): the same
+chat requests to a server without speculation and to one drafting with GOOSE get the same answers, token for
+token, and the second one did draft.
 
 Only where vLLM is importable (.venv-vllm/bin/python -m pytest -q tests/integrations/test_vllm_serve.py); each
 server listens on 127.0.0.1 only, every request and the start have a time limit, and the server is stopped
