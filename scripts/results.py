@@ -57,17 +57,28 @@ def table(doc: dict) -> str:
 
 def vllm_table(doc: dict) -> str:
     """A `scripts.vllm_bench --json` file: each method inside vLLM against vLLM without
-    speculation, then (with --against) vLLM's plain output against goose bench's `ar` and goose's speeds."""
+    speculation, one table per concurrency, then (with --against) vLLM's plain output against goose bench's `ar`
+    and goose's speeds."""
     summary = doc["summary"]
-    base = summary.get("none", {}).get("tokens_per_s") or 0.0
-    ngram = summary.get("ngram", {}).get("tokens_per_s") or 0.0
-    lines = ["| vLLM method | tokens/s | vs no speculation | vs vLLM `ngram` | mean acceptance length | identical to no speculation |",
-             "|---|---|---|---|---|---|"]
-    for name, s in summary.items():
-        tps = s.get("tokens_per_s") or 0.0
-        mal = s.get("mean_acceptance_length")
-        lines.append(f"| `{name}` | {tps:.1f} | {_ratio(tps, base)} | {_ratio(tps, ngram)} | "
-                     f"{'–' if mal is None else f'{mal:.2f}'} | {s['identical']}/{s['prompts']} |")
+    lines: list[str] = []
+    for c in sorted(doc.get("concurrency", [1])):
+        # a file written before --concurrency has one request at a time only, at the top of each method
+        figures = {name: s["by_concurrency"][str(c)] if "by_concurrency" in s else s for name, s in summary.items()
+                   if "by_concurrency" not in s or str(c) in s["by_concurrency"]}
+        base = figures.get("none", {}).get("tokens_per_s") or 0.0
+        ngram = figures.get("ngram", {}).get("tokens_per_s") or 0.0
+        if len(doc.get("concurrency", [1])) > 1:
+            lines += ([""] if lines else []) + ["One request at a time:" if c == 1 else f"{c} conversations in flight:", ""]
+        lines += ["| vLLM method | tokens/s | vs no speculation | vs vLLM `ngram` | ms per output token | "
+                  "mean acceptance length | identical to no speculation |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, s in figures.items():
+            tps = s.get("tokens_per_s") or 0.0
+            mal = s.get("mean_acceptance_length")
+            tpot = s.get("mean_tpot_s")
+            lines.append(f"| `{name}` | {tps:.1f} | {_ratio(tps, base)} | {_ratio(tps, ngram)} | "
+                         f"{'–' if tpot is None else f'{1000 * tpot:.1f}'} | "
+                         f"{'–' if mal is None else f'{mal:.2f}'} | {s['identical']}/{s['prompts']} |")
     for name, why in (doc.get("skipped") or {}).items():
         lines.append(f"| `{name}` | skipped: {why} | | | | |")
     ref = doc.get("goose")
@@ -110,8 +121,10 @@ def main(argv: list[str] | None = None) -> None:
     if doc.get("complete") is False:
         print(f"results.py: warning: {args.results} is from an unfinished run.", file=sys.stderr)
     if "runs" in doc and doc["runs"] and "method" in doc["runs"][0]:  # a vllm_bench file
-        body = (f"`{doc.get('model_name', doc.get('model'))}` inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, one "
-                f"request at a time, {len({r['id'] for r in doc['runs']})} prompts.\n\n```bash\n{args.command}\n```\n\n"
+        load = ", ".join(str(c) for c in sorted(doc.get("concurrency", [1])))
+        body = (f"`{doc.get('model_name', doc.get('model'))}` inside vLLM, greedy, {doc.get('max_new_tokens')} new tokens, "
+                f"{'one request at a time' if load == '1' else f'{load} conversations in flight'}, "
+                f"{len({r['id'] for r in doc['runs']})} prompts.\n\n```bash\n{args.command}\n```\n\n"
                 + vllm_table(doc))
     else:
         body = caption(doc, args.command) + "\n\n" + table(doc)

@@ -18,7 +18,7 @@ run() {  # block name, JSON file, then the bench arguments
 }
 
 vllm() {  # vLLM's own methods and GooseProposer, checked against the smollm2 run's `ar`
-  local args="--max-new-tokens 128 --methods none,ngram,ngram:5,suffix,goose --json results/vllm.json --against results/smollm2.json"
+  local args="--max-new-tokens 128 --methods none,ngram,ngram:5,suffix,goose --concurrency 1,4,16 --json results/vllm.json --against results/smollm2.json"
   [ -f results/smollm2.json ] || { echo "results.sh: run 'scripts/results.sh smollm2' first (vllm compares with it)." >&2; exit 2; }
   [ -x .venv-vllm/bin/python ] || { echo "results.sh: run 'make vllm-setup' first." >&2; exit 2; }
   echo "== python -m scripts.vllm_bench $PROMPTS $args" >&2

@@ -1,12 +1,12 @@
 """Side-by-side speculative decoding inside vLLM: no speculation, vLLM's ngram and suffix proposers and
-GooseProposer, on one model and one prompt file, greedy, one request at a time.
+GooseProposer, on one model and one prompt file, greedy, one request at a time or several in flight.
 
-    .venv-vllm/bin/python -m scripts.vllm_bench PROMPTS.jsonl [--model M]
+    .venv-vllm/bin/python -m scripts.vllm_bench PROMPTS.jsonl [--model M] [--concurrency 1,4,16]
         [--max-new-tokens 128] [--methods none,ngram,ngram:5,suffix,goose] [--json OUT]
 
-Every method's output is compared token by token with the no-speculation output (identical, or the first
-position where it differs); tokens/s is new tokens over generation wall time; the mean acceptance length is
-1 + accepted / drafts from vLLM's own spec-decode counters.
+Every method's output is compared token by token with the no-speculation output at the lowest concurrency
+(identical, or the first position where it differs); tokens/s is the new tokens of the whole load over its wall
+time; the mean acceptance length is 1 + accepted / drafts from vLLM's own spec-decode counters.
 """
 
 from __future__ import annotations
@@ -48,6 +48,17 @@ def check_model_folder(path: str) -> None:
                          "tell which model class to build; reconvert it with this version of goose.")
 
 
+def parse_concurrency(text: str) -> list[int]:
+    """``1,4,16`` -> [1, 4, 16] (in the order given, each once)."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise BenchError(f"--concurrency {text!r} is not a comma-separated list of whole numbers of at least 1.")
+    return list(dict.fromkeys(values))
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """The first position where two outputs differ (None when identical)."""
     for i, (x, y) in enumerate(zip(a, b)):
@@ -56,8 +67,9 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def run_one(method: str, spec: dict, log: Path) -> list[dict]:
-    """Run one method in its own process; its rows, or BenchError naming the log."""
+def run_one(method: str, spec: dict, log: Path) -> tuple[list[dict], dict]:
+    """Run one method at one concurrency in its own process; its rows and its load record (wall time and
+    spec-decode counters of the whole run), or BenchError naming the log."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out = Path(tmp) / "spec.json", Path(tmp) / "rows.jsonl"
         spec_path.write_text(json.dumps({**spec, "method": method, "out": str(out)}))
@@ -66,57 +78,94 @@ def run_one(method: str, spec: dict, log: Path) -> list[dict]:
         if method.startswith("goose:"):
             env[SETTINGS_ENV] = method.split(":", 1)[1]  # vLLM's engine processes inherit it
         with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"\n==== {method}\n")
+            fh.write(f"\n==== {method} concurrency {spec['concurrency']}\n")
             fh.flush()
             proc = subprocess.run([sys.executable, "-m", "scripts.vllm_runs", str(spec_path)],
                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
-        rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    if proc.returncode != 0 and len(rows) < len(spec["prompts"]):
-        raise BenchError(f"vLLM failed on method {method!r} (exit {proc.returncode}); its log is {log}.")
-    return rows
+        lines = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    rows = [x for x in lines if "load" not in x]
+    loads = [x["load"] for x in lines if "load" in x]
+    if proc.returncode != 0 or not loads or len(rows) < len(spec["prompts"]):
+        raise BenchError(f"vLLM failed on method {method!r} at concurrency {spec['concurrency']} "
+                         f"(exit {proc.returncode}); its log is {log}.")
+    return rows, loads[0]
 
 
-def summarize(runs: list[dict], methods: list[str]) -> dict:
+def compare_with_reference(runs: list[dict]) -> None:
+    """Mark every row identical or not (and where it first differs) against ``none`` at the lowest concurrency
+    run so far: one request at a time once concurrency 1 has run, whatever order the concurrencies ran in."""
+    plain = [r for r in runs if r["method"] == "none"]
+    if not plain:
+        return
+    low = min(r.get("concurrency", 1) for r in plain)
+    reference = {r["id"]: r["output_ids"] for r in plain if r.get("concurrency", 1) == low}
+    for row in runs:
+        div = first_divergence(row["output_ids"], reference.get(row["id"], []))
+        row.update(identical=div is None, first_divergence=div, reference_concurrency=low)
+
+
+def summarize(runs: list[dict], loads: list[dict], methods: list[str]) -> dict:
+    """Per method: the figures of each concurrency under ``by_concurrency`` (tokens/s of the whole load, mean
+    time per output token, mean acceptance length, outputs identical to the reference), and those of
+    concurrency 1 (else the lowest run) at the top, as one request at a time was reported before."""
     summary = {}
     for m in methods:
-        rows = [r for r in runs if r["method"] == m]
-        if not rows:
-            continue
-        wall = sum(r["wall_s"] for r in rows)
-        drafts = sum(r["drafts"] for r in rows)
-        summary[m] = {
-            "tokens_per_s": sum(r["new_tokens"] for r in rows) / wall if wall > 0 else None,
-            "mean_acceptance_length": 1 + sum(r["accepted"] for r in rows) / drafts if drafts else None,
-            "identical": sum(1 for r in rows if r["identical"]),
-            "prompts": len(rows),
-            "new_tokens": sum(r["new_tokens"] for r in rows),
-            "wall_s": wall,
-        }
-    base = summary.get("none", {}).get("tokens_per_s")
-    for s in summary.values():
-        s["speedup"] = s["tokens_per_s"] / base if base and s["tokens_per_s"] else None
+        by_c = {}
+        for load in (x for x in loads if x["method"] == m):
+            c = load["concurrency"]
+            rows = [r for r in runs if r["method"] == m and r.get("concurrency", 1) == c]
+            tpots = [t for r in rows for t in r.get("tpot_s", [])]
+            drafts = load["drafts"]
+            by_c[str(c)] = {
+                "tokens_per_s": load["new_tokens"] / load["wall_s"] if load["wall_s"] > 0 else None,
+                "mean_tpot_s": sum(tpots) / len(tpots) if tpots else None,
+                "mean_acceptance_length": 1 + load["accepted"] / drafts if drafts else None,
+                "identical": sum(1 for r in rows if r["identical"]),
+                "prompts": len(rows),
+                "new_tokens": load["new_tokens"],
+                "wall_s": load["wall_s"],
+            }
+        if by_c:
+            by_c = dict(sorted(by_c.items(), key=lambda kv: int(kv[0])))
+            summary[m] = {**by_c.get("1", next(iter(by_c.values()))), "by_concurrency": by_c}
+    for m, s in summary.items():
+        for c, figures in s["by_concurrency"].items():
+            base = summary.get("none", {}).get("by_concurrency", {}).get(c, {}).get("tokens_per_s")
+            figures["speedup"] = figures["tokens_per_s"] / base if base and figures["tokens_per_s"] else None
+        s["speedup"] = s["by_concurrency"].get("1", next(iter(s["by_concurrency"].values())))["speedup"]
     return summary
 
 
 def render(result: dict) -> None:
-    """The table on the terminal, as aligned plain text."""
-    title = (f"vLLM {result['model_name']}, {result['max_new_tokens']} new tokens, greedy, "
-             f"one request at a time, k={result['num_speculative_tokens']}")
-    cols = ["method", "tok/s", "speedup", "mean accepted length", "identical to none", "first divergences"]
-    lines = []
-    for m, s in result["summary"].items():
-        div = [f"{r['id']}@{r['first_divergence']}" for r in result["runs"]
-               if r["method"] == m and r["first_divergence"] is not None][:3]
-        lines.append([m, _fmt(s["tokens_per_s"], 1), _fmt(s["speedup"], 2, "x"),
-                      _fmt(s["mean_acceptance_length"], 2), f"{s['identical']}/{s['prompts']}", ", ".join(div) or "-"])
-    # plain text: drafting imports no UI library, and this table is read in logs as often as on a terminal
-    widths = [max(len(str(row[i])) for row in [cols] + lines) for i in range(len(cols))]
-    left = {0, len(cols) - 1}
-    print(title)
-    for k, row in enumerate([cols] + lines):
-        print("  ".join(str(c).ljust(w) if i in left else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
+    """One table per concurrency on the terminal, as aligned plain text."""
+    concurrencies = result.get("concurrency", [1])
+    for c in concurrencies:
+        load = "one request at a time" if c == 1 else f"{c} conversations in flight"
+        title = (f"vLLM {result['model_name']}, {result['max_new_tokens']} new tokens, greedy, {load}, "
+                 f"k={result['num_speculative_tokens']}")
+        cols = ["method", "tok/s", "speedup", "ms/token", "mean accepted length", "identical to none",
+                "first divergences"]
+        lines = []
+        for m, s in result["summary"].items():
+            f = s["by_concurrency"].get(str(c))
+            if f is None:
+                continue
+            div = [f"{r['id']}@{r['first_divergence']}" for r in result["runs"]
+                   if r["method"] == m and r.get("concurrency", 1) == c and r["first_divergence"] is not None][:3]
+            tpot = None if f["mean_tpot_s"] is None else 1000 * f["mean_tpot_s"]
+            lines.append([m, _fmt(f["tokens_per_s"], 1), _fmt(f["speedup"], 2, "x"), _fmt(tpot, 1),
+                          _fmt(f["mean_acceptance_length"], 2), f"{f['identical']}/{f['prompts']}",
+                          ", ".join(div) or "-"])
+        # plain text: drafting imports no UI library, and this table is read in logs as often as on a terminal
+        widths = [max(len(str(row[i])) for row in [cols] + lines) for i in range(len(cols))]
+        left = {0, len(cols) - 1}
+        print(title)
+        for k, row in enumerate([cols] + lines):
+            print("  ".join(str(x).ljust(w) if i in left else str(x).rjust(w)
+                            for i, (x, w) in enumerate(zip(row, widths))))
+            if k == 0:
+                print("  ".join("-" * w for w in widths))
+        print()
     for m, why in result["skipped"].items():
         print(f"{m}: skipped: {why}")
     ref = result.get("goose")
@@ -147,6 +196,9 @@ def parse_args(argv):
                          "none is always run first")
     ap.add_argument("--num-speculative-tokens", type=int, default=8, help="vLLM's draft limit k for every method")
     ap.add_argument("--max-model-len", type=int, default=4096, help="vLLM's context length")
+    ap.add_argument("--concurrency", default="1",
+                    help="comma-separated conversations in flight, e.g. 1,4,16: each method runs once per value, in "
+                         "a fresh engine, a new turn or prompt submitted as soon as one finishes (default 1)")
     ap.add_argument("--limit", type=int, help="use only the first N prompts")
     ap.add_argument("--json", dest="json_out", help="write the runs and summary to this JSON file")
     ap.add_argument("--against", metavar="GOOSE_BENCH_JSON",
@@ -159,6 +211,7 @@ def parse_args(argv):
 def bench(args) -> dict:
     if args.max_new_tokens < 1 or args.num_speculative_tokens < 1:
         raise BenchError("--max-new-tokens and --num-speculative-tokens must be at least 1.")
+    concurrency = parse_concurrency(args.concurrency)
     prompts = read_prompts(args.prompts, limit=args.limit)
     methods = ["none"] + [m for m in dict.fromkeys(x.strip() for x in args.methods.split(",")) if m and m != "none"]
     for m in methods:
@@ -172,32 +225,31 @@ def bench(args) -> dict:
     check_model_folder(model)
     log = Path(args.log) if args.log else Path(tempfile.mkstemp(prefix="vllm-bench-", suffix=".log")[1])
     spec = {"model": model, "k": args.num_speculative_tokens, "max_new_tokens": args.max_new_tokens,
-            "max_model_len": args.max_model_len, "prompts": [{"id": p.id, "turns": list(p.turns)} for p in prompts]}
+            "max_model_len": args.max_model_len, "concurrency": 1,
+            "prompts": [{"id": p.id, "turns": list(p.turns)} for p in prompts]}
     # the name goose bench gives the same model (the converted folder's own name carries a cache key)
     result = {"model": model, "model_name": Path(model).name if args.model else EMBEDDED_NAME, "max_new_tokens": args.max_new_tokens,
-              "num_speculative_tokens": args.num_speculative_tokens, "log": str(log), "runs": [], "summary": {},
-              "skipped": {}}
-    reference: dict[str, list[int]] = {}
+              "num_speculative_tokens": args.num_speculative_tokens, "concurrency": concurrency, "log": str(log),
+              "runs": [], "loads": [], "summary": {}, "skipped": {}}
     try:
-        for m in methods:
-            why = unavailable(m)
-            if why:
-                result["skipped"][m] = why
-                continue
-            print(f"running {m} ({len(prompts)} prompts) ...", file=sys.stderr, flush=True)
-            for row in run_one(m, spec, log):
-                if m == "none":
-                    reference[row["id"]] = row["output_ids"]
-                div = first_divergence(row["output_ids"], reference.get(row["id"], []))
-                row.update(identical=div is None, first_divergence=div)
-                result["runs"].append(row)
-            if m == "none" and goose_runs is not None:
-                none_rows = [r for r in result["runs"] if r["method"] == "none"]
-                result["goose"] = goose_reference.compare(none_rows, goose_runs, goose_reference.eos_ids(model))
-            result["summary"] = summarize(result["runs"], methods)
-            _write(args.json_out, result)  # after every method, so an interrupted run keeps what it measured
+        for c in concurrency:
+            for m in methods:
+                why = unavailable(m)
+                if why:
+                    result["skipped"][m] = why
+                    continue
+                print(f"running {m} at concurrency {c} ({len(prompts)} prompts) ...", file=sys.stderr, flush=True)
+                rows, load = run_one(m, {**spec, "concurrency": c}, log)
+                result["runs"] += rows
+                result["loads"].append(load)
+                compare_with_reference(result["runs"])
+                if m == "none" and c == min(concurrency) and goose_runs is not None:
+                    none_rows = [r for r in result["runs"] if r["method"] == "none" and r["concurrency"] == c]
+                    result["goose"] = goose_reference.compare(none_rows, goose_runs, goose_reference.eos_ids(model))
+                result["summary"] = summarize(result["runs"], result["loads"], methods)
+                _write(args.json_out, result)  # after every run, so an interrupted bench keeps what it measured
     except KeyboardInterrupt:
-        result["summary"] = summarize(result["runs"], methods)
+        result["summary"] = summarize(result["runs"], result["loads"], methods)
         _write(args.json_out, result)
         raise
     return result

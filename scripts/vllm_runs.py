@@ -1,5 +1,6 @@
-"""One speculative method inside vLLM's offline ``LLM``, over a list of prompts, one request at a time: the
-output ids, the wall time and vLLM's own spec-decode counters of every prompt.
+"""One speculative method inside vLLM's offline ``LLM``, over a list of prompts, with a given number of
+conversations in flight: the output ids and times of every prompt, and the whole run's wall time and vLLM's own
+spec-decode counters.
 
 Each method runs in a process of its own (``python -m scripts.vllm_runs SPEC.json``), so one
 engine is shut down whole before the next one starts and a failing method cannot take the others with it.
@@ -79,46 +80,120 @@ def _spec_counters(llm) -> dict[str, float]:
 MEMORY_SHARE = 0.5
 
 
-def run_method(spec: dict) -> list[dict]:
-    """``spec``: method, model, k, max_new_tokens, max_model_len, prompts [{id, turns}], out (JSON lines)."""
-    from vllm import LLM, SamplingParams
+class Conversation:
+    """One prompt's turns, submitted one after another; what it produced and how long each turn took."""
+
+    def __init__(self, prompt: dict):
+        self.id = prompt["id"]
+        self.turns = list(prompt["turns"])
+        self.messages: list[dict] = []
+        self.output: list[int] = []
+        self.prompt_tokens = 0
+        self.wall = 0.0  # seconds its turns were in the engine
+        self.tpots: list[float] = []  # per turn: seconds per output token after the first
+        self.turn = 0
+        self.current: list[int] = []
+        self.submitted = self.first_token = 0.0
+
+    def next_prompt(self, tokenizer, max_new_tokens: int, max_model_len: int) -> list[int] | None:
+        """The ids of its next turn, or None when it is done (no turn left, or the next would not fit)."""
+        if self.turn >= len(self.turns):
+            return None
+        self.messages.append({"role": "user", "content": self.turns[self.turn]})
+        ids = encode(tokenizer, self.messages)
+        if len(ids) + max_new_tokens > max_model_len:
+            return None  # the turn would not fit the context; what came before still counts
+        self.prompt_tokens += len(ids)
+        self.turn += 1
+        self.current = []
+        return ids
+
+
+def serve(llm, prompts: list[dict], params, concurrency: int, max_new_tokens: int, max_model_len: int,
+          tokenizer, eos: set[int]) -> tuple[list[Conversation], float]:
+    """Closed-loop load: ``concurrency`` conversations in flight in vLLM's engine (the step loop LLM.generate
+    runs); when a turn finishes, the conversation's next turn (or the next prompt) is submitted at once.
+    Returns the conversations in prompt order and the wall time from the first submission to the last token."""
     from vllm.inputs import TokensPrompt
 
+    engine = llm.llm_engine
+    waiting = [Conversation(p) for p in prompts]
+    done: list[Conversation] = list(waiting)
+    waiting.reverse()
+    active: dict[str, Conversation] = {}
+
+    def submit(conv: Conversation) -> bool:
+        ids = conv.next_prompt(tokenizer, max_new_tokens, max_model_len)
+        if ids is None:
+            return False
+        rid = f"{conv.id}#{conv.turn}"
+        engine.add_request(rid, TokensPrompt(prompt_token_ids=ids), params)
+        active[rid] = conv
+        conv.submitted, conv.first_token = time.perf_counter(), 0.0
+        return True
+
+    def fill() -> None:
+        while waiting and len(active) < concurrency:
+            submit(waiting.pop())
+
+    start = time.perf_counter()
+    fill()
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+        now = time.perf_counter()
+        for out in outputs:
+            conv = active.get(out.request_id)
+            if conv is None:
+                continue
+            new = list(out.outputs[0].token_ids)  # DELTA: this step's tokens
+            if new and not conv.first_token:
+                conv.first_token = now
+            conv.current += new
+            if not out.finished:
+                continue
+            del active[out.request_id]
+            got = conv.current
+            conv.output += got
+            conv.wall += now - conv.submitted
+            if len(got) > 1:
+                conv.tpots.append((now - conv.first_token) / (len(got) - 1))
+            conv.messages.append({"role": "assistant", "content": decode(tokenizer, got, eos)})
+            if not submit(conv):
+                fill()
+    return done, time.perf_counter() - start
+
+
+def run_method(spec: dict) -> list[dict]:
+    """``spec``: method, model, k, max_new_tokens, max_model_len, concurrency, prompts [{id, turns}], out (JSON
+    lines: one row per prompt, then one ``load`` row with the whole run's wall time and counters)."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    concurrency = int(spec.get("concurrency", 1))
     config = method_config(spec["method"], int(spec["k"]))
     llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, max_model_len=int(spec["max_model_len"]),
-              speculative_config=config, disable_log_stats=False, seed=0, gpu_memory_utilization=MEMORY_SHARE)
+              speculative_config=config, disable_log_stats=False, seed=0, gpu_memory_utilization=MEMORY_SHARE,
+              max_num_seqs=max(concurrency, 1))
     tokenizer = llm.get_tokenizer()
     eos = {int(t) for t in [getattr(tokenizer, "eos_token_id", None)] if t is not None}
-    params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]))
-    llm.generate([TokensPrompt(prompt_token_ids=encode(tokenizer, [{"role": "user", "content": "Hello"}]))],
-                 SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)  # warm-up, not timed
-    rows = []
+    hello = encode(tokenizer, [{"role": "user", "content": "Hello"}])
+    llm.generate([TokensPrompt(prompt_token_ids=hello)] * concurrency, SamplingParams(temperature=0.0, max_tokens=8),
+                 use_tqdm=False)  # warm-up at the batch size measured, not timed
+    params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]),
+                            output_kind=RequestOutputKind.DELTA)
+    before = _spec_counters(llm)
+    convs, wall = serve(llm, spec["prompts"], params, concurrency, int(spec["max_new_tokens"]),
+                        int(spec["max_model_len"]), tokenizer, eos)
+    after = _spec_counters(llm)
+    rows = [{"method": spec["method"], "concurrency": concurrency, "id": c.id, "prompt_tokens": c.prompt_tokens,
+             "output_ids": c.output, "new_tokens": len(c.output), "wall_s": c.wall, "tpot_s": c.tpots}
+            for c in convs]
+    load = {"load": {"method": spec["method"], "concurrency": concurrency, "wall_s": wall,
+                     "new_tokens": sum(r["new_tokens"] for r in rows), **{k: after[k] - before[k] for k in after}}}
     with open(spec["out"], "a", encoding="utf-8") as fh:
-        for prompt in spec["prompts"]:
-            before = _spec_counters(llm)
-            messages: list[dict] = []
-            output: list[int] = []
-            prompt_tokens = 0
-            wall = 0.0
-            for turn in prompt["turns"]:
-                messages.append({"role": "user", "content": turn})
-                ids = encode(tokenizer, messages)
-                if len(ids) + int(spec["max_new_tokens"]) > int(spec["max_model_len"]):
-                    break  # the turn would not fit the context; what came before still counts
-                start = time.perf_counter()
-                result = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
-                wall += time.perf_counter() - start
-                got = list(result[0].outputs[0].token_ids)
-                output += got
-                prompt_tokens += len(ids)
-                messages.append({"role": "assistant", "content": decode(tokenizer, got, eos)})
-            after = _spec_counters(llm)
-            row = {"method": spec["method"], "id": prompt["id"], "prompt_tokens": prompt_tokens,
-                   "output_ids": output, "new_tokens": len(output), "wall_s": wall,
-                   **{k: after[k] - before[k] for k in after}}
+        for row in rows + [load]:
             fh.write(json.dumps(row) + "\n")
-            fh.flush()  # each prompt is kept as soon as it is done
-            rows.append(row)
     return rows
 
 

@@ -14,6 +14,7 @@ import math
 
 from drafting.sources.context import SpineMatcher
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
+from drafting.integrations.batch_budget import ChainAcceptance
 from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
@@ -68,6 +69,7 @@ class RequestChain:
         self.last_source = ""
         self.drafted = {SPINE: 0, TABLE: 0}
         self.accepted = {SPINE: 0, TABLE: 0}
+        self.acceptance = {SPINE: ChainAcceptance(), TABLE: ChainAcceptance()}  # per-token, for the step budget
 
     @property
     def tokens(self) -> list[int]:
@@ -98,6 +100,7 @@ class RequestChain:
             self.ema[src] = (1 - EMA_ALPHA) * self.ema[src] + EMA_ALPHA * (got / len(draft))
             self.drafted[src] += len(draft)
             self.accepted[src] += got
+            self.acceptance[src].observe(got, len(draft))
         toks = self.matcher.tokens
         prev = toks[-1] if toks else -1
         prev2 = toks[-2] if len(toks) > 1 else -1
@@ -125,6 +128,14 @@ class RequestChain:
             draft = within_vocab(draft, self.vocab_size)
         self.last_draft, self.last_source = draft, (src if draft else "")
         return draft
+
+    def keep(self, n: int) -> list[int]:
+        """Cut the last proposal to its first ``n`` tokens (the step budget kept those); what is verified of it is
+        what the EMAs learn from."""
+        self.last_draft = self.last_draft[:n]
+        if not self.last_draft:
+            self.last_source = ""
+        return self.last_draft
 
 
 def within_vocab(draft: list[int], vocab_size: int) -> list[int]:

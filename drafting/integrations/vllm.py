@@ -13,7 +13,8 @@ chains losslessly, so a wrong draft costs time, never output.
 
 The custom-class hook is not told request ids, and vLLM moves rows when requests finish, so a request is
 recognised by its stream (length, first and last tokens) and its state follows it to its new row. State a
-call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. This module
+call does not see is dropped, as vLLM's SuffixDecodingProposer stops requests that left the batch. Each call
+then keeps only the draft tokens that pay for their verification in a batch of that size (batch_budget.py). This module
 does not import vLLM: the class is exercised without it, and only reads the two config fields it needs.
 Its own settings (SETTINGS below) come from the environment variable GOOSE_VLLM_SETTINGS, e.g.
 ``spine=full,min_path=0.2``, which vLLM's engine and worker processes inherit.
@@ -21,8 +22,11 @@ Its own settings (SETTINGS below) come from the environment variable GOOSE_VLLM_
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
+from drafting.integrations.batch_budget import KNEE_PRIOR, ChainAcceptance, StepCost, allot, token_chances
 from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
 
@@ -34,6 +38,11 @@ SETTINGS = {  # name: (default, type, help)
     "ngram_min": (2, int, "shortest context n-gram matched (5 down to this; GOOSE in goose itself stops at 3)"),
     "chain": (20, int, "context chain length before extension"),
     "chain_max": (100, int, "longest extended context chain"),
+    "budget": ("cost", str, "cost = each step keeps the draft tokens whose acceptance chance pays for their "
+                            "verification (batch_budget.py); off = every request drafts what GOOSE proposes"),
+    "knee": ("auto", str, "tokens a step verifies for the price of its fixed part: auto = measured from the "
+                          "step times, or a number"),
+    "knee_prior": (KNEE_PRIOR, float, "the knee assumed until the step times can tell it (knee=auto)"),
 }
 
 
@@ -56,7 +65,26 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting ngram_min must be 1 to 5, not {out['ngram_min']}.")
     if out["spine"] not in ("goose", "full"):
         raise SettingsError(f"GooseProposer setting spine must be goose or full, not {out['spine']!r}.")
+    if out["budget"] not in ("cost", "off"):
+        raise SettingsError(f"GooseProposer setting budget must be cost or off, not {out['budget']!r}.")
+    if out["knee"] != "auto":
+        try:
+            knee = float(out["knee"])
+        except ValueError:
+            knee = 0.0
+        if not knee > 0:
+            raise SettingsError(f"GooseProposer setting knee must be auto or a number above 0, not {out['knee']!r}.")
+        out["knee"] = knee
+    if not out["knee_prior"] > 0:
+        raise SettingsError(f"GooseProposer setting knee_prior must be above 0, not {out['knee_prior']}.")
     return out
+
+
+# a child of vLLM's logger, so the line appears in vLLM's own log format
+LOG = logging.getLogger("vllm.goose")
+LOG_EVERY = 2000  # steps between two lines on what the step budget reads
+
+SOURCE_DECAY = 0.99  # the process-wide acceptance of a source fades by this per verified draft of it
 
 _SHARED_TABLES: dict[int | None, TokenAdjacency] = {}
 # Tables kept per process, one per vocabulary size; one more drops the one made first (a process serves one
@@ -97,7 +125,7 @@ class GooseProposer:
 
     def __init__(self, vllm_config=None, *, num_speculative_tokens: int | None = None,
                  max_model_len: int | None = None, table: TokenAdjacency | None = None, settings: str | None = None,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, clock=time.perf_counter):
         spec = getattr(vllm_config, "speculative_config", None)
         model = getattr(vllm_config, "model_config", None)
         k = num_speculative_tokens if num_speculative_tokens is not None else getattr(spec, "num_speculative_tokens", None)
@@ -116,6 +144,14 @@ class GooseProposer:
                             "full_spine": s["spine"] == "full",
                             "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size}
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
+        self.budget = s["budget"] == "cost"
+        self.cost = StepCost(prior=s["knee_prior"], fixed=None if s["knee"] == "auto" else s["knee"])
+        # per-token acceptance of each source over every request of this proposer: a new request's prior
+        self.source_acceptance = {s: ChainAcceptance(decay=SOURCE_DECAY) for s in (SPINE, TABLE)}
+        self._clock = clock
+        self._last_call: float | None = None
+        self._last_verified = 0  # tokens the step after the previous call verifies: one per request + its drafts
+        self._calls = 0
 
     # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load
     def load_model(self, *args, **kwargs) -> None:
@@ -138,30 +174,77 @@ class GooseProposer:
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
                 **_unused) -> list[list[int]]:
         """One draft chain (a list of token ids, maybe empty) per row of the batch."""
+        now = self._clock()
         previous = self._rows
         claimed: set[int] = set()
         rows: dict[int, RequestChain] = {}
-        drafts: list[list[int]] = []
+        decoding: dict[int, tuple[RequestChain, int]] = {}  # row -> (state, draft limit) of rows that sampled
+        same_batch = len(sampled_token_ids) == len(previous)
         for i, sampled in enumerate(sampled_token_ids):
             n = int(num_tokens_no_spec[i])
             new = len(sampled) if sampled else 0
             row = token_ids_cpu[i]
             state = self._find(previous, claimed, i, row, n - new)
             if not new:  # partial prefill (or nothing committed): keep what we know, draft nothing
+                same_batch = False
                 if state is not None:
                     rows[i] = state
-                drafts.append([])
                 continue
             if state is None:
+                same_batch = False
                 state = RequestChain(_ints(row[:n]), self.table, **self._chain_args)
             else:
-                state.advance(_ints(row[n - new : n]))
+                source, drafted = state.last_source, len(state.last_draft)
+                got = state.advance(_ints(row[n - new : n]))
+                if drafted:
+                    self.source_acceptance[source].observe(got, drafted)
             claimed.add(id(state))
             rows[i] = state
             # the engine places this step's token at n - 1; drafts must leave room for its bonus token
-            limit = min(self.k, self.max_model_len - n - 1)
-            drafts.append(state.propose(limit) if limit > 0 else [])
+            decoding[i] = (state, min(self.k, self.max_model_len - n - 1))
         self._rows = rows  # requests no row matched have finished or left the batch: their state goes
+        if self._last_call is not None and same_batch:
+            # the same requests, all decoding: the time since the last call is one step over what it verified
+            self.cost.add(self._last_verified, now - self._last_call)
+        drafts = self._draft(decoding)
+        self._calls += 1
+        if self.budget and self._calls % LOG_EVERY == 0:
+            line = self.cost.line()
+            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), spine alpha %.2f, table alpha %.2f, "
+                     "batch %d", self.cost.knee, "measured" if line else "prior",
+                     self.source_acceptance[SPINE].alpha(), self.source_acceptance[TABLE].alpha(), len(decoding))
+        self._last_call = now
+        self._last_verified = sum(1 + len(drafts.get(i, ())) for i in decoding)
+        return [drafts.get(i, []) for i in range(len(sampled_token_ids))]
+
+    def _draft(self, decoding: dict[int, tuple[RequestChain, int]]) -> dict[int, list[int]]:
+        """GOOSE's chain per decoding row, then (budget=cost) only the tokens the step budget keeps."""
+        if not self.budget:
+            return {i: st.propose(limit) if limit > 0 else [] for i, (st, limit) in decoding.items()}
+        knee = self.cost.knee
+        floor = len(decoding) / (knee + len(decoding))  # the chance even a batch's first draft token must beat
+        base = {s: a.alpha() for s, a in self.source_acceptance.items()}
+        drafts: dict[int, list[int]] = {}
+        chances: list[list[float]] = []
+        order: list[int] = []
+        for i, (st, limit) in decoding.items():
+            alphas = {s: st.acceptance[s].alpha(base[s]) for s in (SPINE, TABLE)}
+            draft = st.propose(limit) if limit > 0 and max(alphas.values()) > floor else st.keep(0)
+            order.append(i)
+            chances.append(token_chances(alphas[st.last_source], len(draft)) if draft else [])
+            drafts[i] = draft
+        used = set()
+        for i, n in zip(order, allot(chances, knee)):
+            st = decoding[i][0]
+            if n:
+                used.add(st.last_source)
+            drafts[i] = st.keep(n)
+            for s in (SPINE, TABLE):
+                if not (n and st.last_source == s):
+                    st.acceptance[s].idle()
+        for s, a in self.source_acceptance.items():
+            if s not in used:
+                a.idle()
         return drafts
 
     @staticmethod

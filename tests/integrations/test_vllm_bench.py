@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from scripts.vllm_bench import (BenchError, bench, check_model_folder, first_divergence, main,
-                                              parse_args, summarize)
+from scripts.vllm_bench import (BenchError, bench, check_model_folder, compare_with_reference, first_divergence,
+                                main, parse_args, parse_concurrency, summarize)
 from scripts.vllm_runs import MethodError, method_config
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -36,17 +36,48 @@ def test_first_divergence():
     assert first_divergence([1, 2], [1, 2, 3]) == 2
 
 
-def test_summary_counts_identical_and_acceptance_length():
+def test_summary_counts_identical_and_acceptance_length_per_concurrency():
     runs = [
-        {"method": "none", "new_tokens": 10, "wall_s": 2.0, "drafts": 0, "accepted": 0, "identical": True},
-        {"method": "none", "new_tokens": 10, "wall_s": 2.0, "drafts": 0, "accepted": 0, "identical": True},
-        {"method": "goose", "new_tokens": 10, "wall_s": 1.0, "drafts": 4, "accepted": 6, "identical": True},
-        {"method": "goose", "new_tokens": 10, "wall_s": 1.0, "drafts": 0, "accepted": 0, "identical": False},
+        {"method": "none", "concurrency": 1, "new_tokens": 10, "tpot_s": [0.2], "identical": True},
+        {"method": "none", "concurrency": 1, "new_tokens": 10, "tpot_s": [0.2], "identical": True},
+        {"method": "goose", "concurrency": 1, "new_tokens": 10, "tpot_s": [0.1, 0.05], "identical": True},
+        {"method": "goose", "concurrency": 1, "new_tokens": 10, "tpot_s": [0.15], "identical": False},
+        {"method": "none", "concurrency": 4, "new_tokens": 10, "tpot_s": [0.3], "identical": True},
+        {"method": "none", "concurrency": 4, "new_tokens": 10, "tpot_s": [0.3], "identical": False},
+        {"method": "goose", "concurrency": 4, "new_tokens": 10, "tpot_s": [], "identical": True},
+        {"method": "goose", "concurrency": 4, "new_tokens": 10, "tpot_s": [0.4], "identical": True},
     ]
-    s = summarize(runs, ["none", "goose"])
+    loads = [
+        {"method": "none", "concurrency": 1, "wall_s": 4.0, "new_tokens": 20, "drafts": 0, "accepted": 0},
+        {"method": "goose", "concurrency": 1, "wall_s": 2.0, "new_tokens": 20, "drafts": 4, "accepted": 6},
+        {"method": "none", "concurrency": 4, "wall_s": 2.0, "new_tokens": 20, "drafts": 0, "accepted": 0},
+        {"method": "goose", "concurrency": 4, "wall_s": 2.5, "new_tokens": 20, "drafts": 2, "accepted": 1},
+    ]
+    s = summarize(runs, loads, ["none", "goose"])
     assert s["none"]["tokens_per_s"] == 5.0 and s["none"]["mean_acceptance_length"] is None
-    assert s["goose"] == {**s["goose"], "tokens_per_s": 10.0, "mean_acceptance_length": 2.5, "identical": 1,
-                          "prompts": 2, "speedup": 2.0}
+    one = {"tokens_per_s": 10.0, "mean_acceptance_length": 2.5, "identical": 1, "prompts": 2, "speedup": 2.0}
+    assert s["goose"] == {**s["goose"], **one}  # concurrency 1, as before
+    assert s["goose"]["mean_tpot_s"] == pytest.approx(0.1)
+    four = s["goose"]["by_concurrency"]["4"]
+    assert four == {**four, "tokens_per_s": 8.0, "mean_acceptance_length": 1.5, "identical": 2, "prompts": 2,
+                    "speedup": 0.8, "mean_tpot_s": 0.4}
+    assert s["goose"]["by_concurrency"]["1"] == {k: v for k, v in s["goose"].items() if k != "by_concurrency"}
+    assert s["none"]["by_concurrency"]["4"]["identical"] == 1
+    assert parse_concurrency("1,4,16") == [1, 4, 16] and parse_concurrency("4,4") == [4]
+    assert list(summarize(runs, loads[::-1], ["none", "goose"])["goose"]["by_concurrency"]) == ["1", "4"]
+
+
+def test_outputs_are_compared_with_no_speculation_at_the_lowest_concurrency_run():
+    runs = [{"method": "none", "concurrency": 16, "id": "a", "output_ids": [1, 2, 4]},
+            {"method": "goose", "concurrency": 16, "id": "a", "output_ids": [1, 2, 4]}]
+    compare_with_reference(runs)
+    assert all(r["identical"] for r in runs)
+    runs.append({"method": "none", "concurrency": 1, "id": "a", "output_ids": [1, 2, 3]})
+    compare_with_reference(runs)  # one request at a time has run: it is the reference now
+    assert [r["first_divergence"] for r in runs] == [2, 2, None]
+    for bad in ("0", "x", "", "1,-2"):
+        with pytest.raises(BenchError, match="--concurrency"):
+            parse_concurrency(bad)
 
 
 def test_a_folder_vllm_cannot_read_is_refused_in_one_sentence(tmp_path, capsys):
@@ -60,6 +91,7 @@ def test_a_folder_vllm_cannot_read_is_refused_in_one_sentence(tmp_path, capsys):
     assert err.startswith("error: ") and err.count("\n") == 1
     assert main([str(prompts), "--model", str(tmp_path), "--methods", "none,eagle"]) == 2
     assert main([str(tmp_path / "missing.jsonl")]) == 2
+    assert main([str(prompts), "--concurrency", "1,zero"]) == 2
     if not HAS_VLLM:
         capsys.readouterr()
         assert main([str(prompts)]) == 2

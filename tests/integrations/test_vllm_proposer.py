@@ -276,15 +276,16 @@ def test_settings_from_text_and_environment(monkeypatch):
     for bad in ("spine=tree", "min_path=x", "nope=1", "spine", "ngram_min=6"):
         with pytest.raises(SettingsError):
             parse_settings(bad)
-    monkeypatch.setenv(SETTINGS_ENV, "spine=full")
+    monkeypatch.setenv(SETTINGS_ENV, "spine=full+budget=off")
     p = proposer()
     assert p.settings["spine"] == "full"
-    # a full spine drafts the whole chain where GOOSE's share would draft part of it
+    # a full spine drafts the whole chain where GOOSE's share would draft part of it (the lengths GOOSE itself
+    # chooses, before the step budget of test_batch_budget.py cuts them)
     row = np.zeros((1, MAX_LEN), dtype=np.int32)
     seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
     row[0, : len(seq)] = seq
     full = p.propose([[3]], np.array([len(seq)]), row)[0]
-    part = proposer(settings="").propose([[3]], np.array([len(seq)]), row)[0]
+    part = proposer(settings="budget=off").propose([[3]], np.array([len(seq)]), row)[0]
     assert full == list(range(4, 12)) and len(part) < len(full) and full[: len(part)] == part
     # bigram context matches by default; ngram_min=3 (goose's own matcher) leaves the adjacency table's single token
     seq2 = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 2]
