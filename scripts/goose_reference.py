@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from drafting.bench.identity import first_divergence
+
 
 class GooseReferenceError(ValueError):
     """A goose bench results file that cannot be used; one sentence."""
@@ -52,7 +54,7 @@ def compare(vllm_none: list[dict], goose_runs: list[dict], eos: set[int]) -> dic
             continue
         a, b = _strip_eos(run["output_ids"], eos), _strip_eos(list(ref["output_ids"]), eos)
         n = min(len(a), len(b))
-        div = next((i for i in range(n) if a[i] != b[i]), None if len(a) == len(b) else n)
+        div = first_divergence(a, b)
         margins = ref.get("margins") or []
         length_only = div is not None and div == n  # one stopped earlier: another token limit, or an EOS
         rows.append({"id": run["id"], "identical": div is None, "first_divergence": div, "length_only": length_only,

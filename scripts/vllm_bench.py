@@ -23,6 +23,7 @@ from pathlib import Path
 from drafting.api import embedded_model_folder
 from drafting.models.loader import EMBEDDED_NAME
 from drafting.errors import ModelError
+from drafting.bench.identity import first_divergence
 from drafting.bench.prompt_file import PromptFileError, read_prompts
 from scripts import goose_reference
 from scripts.goose_reference import GooseReferenceError
@@ -57,14 +58,6 @@ def parse_concurrency(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise BenchError(f"--concurrency {text!r} is not a comma-separated list of whole numbers of at least 1.")
     return list(dict.fromkeys(values))
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """The first position where two outputs differ (None when identical)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def run_one(method: str, spec: dict, log: Path) -> tuple[list[dict], dict]:

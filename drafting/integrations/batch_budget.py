@@ -39,7 +39,6 @@ class StepCost:
         self.prior = prior
         self.fixed = fixed  # a knee given by the user: no fitting
         self._w = self._x = self._y = self._xx = self._xy = 0.0
-        self.steps = 0
 
     def add(self, tokens: int, seconds: float) -> None:
         """One engine step that verified ``tokens`` tokens in ``seconds``."""
@@ -54,7 +53,6 @@ class StepCost:
         self._y = d * self._y + seconds
         self._xx = d * self._xx + tokens * tokens
         self._xy = d * self._xy + tokens * seconds
-        self.steps += 1
 
     def line(self) -> tuple[float, float] | None:
         """(t0, t1) of the fitted line, or None while the steps seen cannot tell a slope."""
