@@ -14,7 +14,6 @@ from drafting.machine.load import Load
 BUMPY_MS = [60.0, 80.0, 55.0, 54.0, 52.0, 64.0, 71.0, 85.0, 98.0, 118.0, 143.0, 186.0, 249.0, 430.0]
 
 
-
 def bumpy_curve() -> CostCurve:
     return CostCurve(sizes=list(DEFAULT_SIZES), seconds=[ms / 1000 for ms in BUMPY_MS])
 
