@@ -78,6 +78,12 @@ class StepCost:
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
 
 
+def threshold(yielded: float, verified: float, knee: float) -> float:
+    """The acceptance chance one more draft token must beat in a step that so far yields ``yielded`` tokens for
+    ``verified`` verified ones: E / (knee + T)."""
+    return yielded / (knee + verified)
+
+
 def allot(chances: list[list[float]], knee: float) -> list[int]:
     """Draft tokens to keep per request: ``chances[r][j]`` is the probability that request r's draft token j
     is accepted (with all before it; non-increasing in j). Takes tokens most likely first while each one's
@@ -87,7 +93,7 @@ def allot(chances: list[list[float]], knee: float) -> list[int]:
     order = sorted(((p, j, r) for r, ps in enumerate(chances) for j, p in enumerate(ps)),
                    key=lambda c: (-c[0], c[1]))
     for p, j, r in order:
-        if p <= e / (knee + t):
+        if p <= threshold(e, t, knee):
             break
         if j != keep[r]:
             continue  # a chain is verified in order: a token after one left out is no draft

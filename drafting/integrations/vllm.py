@@ -26,7 +26,7 @@ import logging
 import os
 import time
 
-from drafting.integrations.batch_budget import KNEE_PRIOR, ChainAcceptance, StepCost, allot, token_chances
+from drafting.integrations.batch_budget import KNEE_PRIOR, ChainAcceptance, StepCost, allot, threshold, token_chances
 from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
 
@@ -222,7 +222,7 @@ class GooseProposer:
         if not self.budget:
             return {i: st.propose(limit) if limit > 0 else [] for i, (st, limit) in decoding.items()}
         knee = self.cost.knee
-        floor = len(decoding) / (knee + len(decoding))  # the chance even a batch's first draft token must beat
+        floor = threshold(len(decoding), len(decoding), knee)  # what even the step's first draft token must beat
         base = {s: a.alpha() for s, a in self.source_acceptance.items()}
         drafts: dict[int, list[int]] = {}
         chances: list[list[float]] = []
