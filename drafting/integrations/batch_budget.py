@@ -45,7 +45,7 @@ class StepCost:
         if self.fixed is not None or tokens <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return
         line = self.line()
-        if line is not None and seconds > OUTLIER * (line[0] + line[1] * tokens):
+        if line is not None and 0 < line[0] + line[1] * tokens < seconds / OUTLIER:
             return
         d = FIT_DECAY
         self._w = d * self._w + 1.0
@@ -55,7 +55,8 @@ class StepCost:
         self._xy = d * self._xy + tokens * seconds
 
     def line(self) -> tuple[float, float] | None:
-        """(t0, t1) of the fitted line, or None while the steps seen cannot tell a slope."""
+        """(t0, t1) of the fitted line, or None while the steps seen cannot tell a slope (too few, or their
+        token counts too alike)."""
         if self._w < FIT_MIN_STEPS:
             return None
         mx, my = self._x / self._w, self._y / self._w
@@ -63,18 +64,24 @@ class StepCost:
         if var < FIT_MIN_SPREAD ** 2:
             return None
         t1 = (self._xy / self._w - mx * my) / var
-        t0 = my - t1 * mx
-        if t1 * mx <= FLAT * my or t0 <= 0:
-            return None  # noise, or a machine where more tokens cost nothing: not a line to plan with
-        return t0, t1
+        return my - t1 * mx, t1
 
     @property
     def knee(self) -> float:
-        """Tokens a step verifies for the price of its fixed part: the fitted t0 / t1, else the prior."""
+        """Tokens a step verifies for the price of its fixed part: the fitted t0 / t1, else the prior. Steps whose
+        cost does not grow with their tokens (vLLM's CPU build, where speculation's own per-step work dwarfs a
+        few more tokens) give the largest knee: every draft pays; a line with no fixed part, the smallest."""
         if self.fixed is not None:
             return self.fixed
         line = self.line()
-        knee = self.prior if line is None else line[0] / line[1]
+        if line is None:
+            knee = self.prior
+        elif line[1] * self._x <= FLAT * self._y:  # the slope adds (next to) nothing to the mean step
+            knee = KNEE_RANGE[1]
+        elif line[0] <= 0:
+            knee = KNEE_RANGE[0]
+        else:
+            knee = line[0] / line[1]
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
 
 

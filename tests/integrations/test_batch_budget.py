@@ -72,15 +72,19 @@ def test_step_cost_measures_the_knee_from_step_times():
     assert cost.knee == pytest.approx(50, rel=0.1)
 
 
-def test_step_cost_keeps_the_prior_until_the_steps_can_tell_a_slope():
+def test_step_cost_keeps_the_prior_until_the_steps_can_tell_a_slope_then_reads_flat_and_fixed_free_steps():
     cost = StepCost(prior=20.0)
     for _ in range(100):
         cost.add(16, 0.1)  # always the same token count: no slope to read
     assert cost.knee == 20.0
     flat = StepCost(prior=20.0)
     for tokens in range(1, 100):
-        flat.add(tokens, 0.1)  # more tokens cost nothing: no line to plan with, the prior stands
-    assert flat.knee == 20.0
+        flat.add(tokens, 0.1)  # more tokens cost nothing: every draft pays
+    assert flat.knee == KNEE_RANGE[1]
+    per_token = StepCost(prior=20.0)
+    for tokens in range(1, 100):
+        per_token.add(tokens, 0.01 * tokens)  # no fixed part: a draft token pays only where it is sure
+    assert per_token.knee == KNEE_RANGE[0]
     assert StepCost(fixed=7.0).knee == 7.0
     huge = StepCost()
     for tokens in range(1, 200):
