@@ -44,7 +44,7 @@ class StepCost:
         """One engine step that verified ``tokens`` tokens in ``seconds``."""
         if self.fixed is not None or tokens <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return
-        line = self.line()
+        line = self.line()  # a pause is a step far above a line that predicts a positive time at all
         if line is not None and 0 < line[0] + line[1] * tokens < seconds / OUTLIER:
             return
         d = FIT_DECAY
@@ -68,9 +68,9 @@ class StepCost:
 
     @property
     def knee(self) -> float:
-        """Tokens a step verifies for the price of its fixed part: the fitted t0 / t1, else the prior. Steps whose
-        cost does not grow with their tokens (vLLM's CPU build, where speculation's own per-step work dwarfs a
-        few more tokens) give the largest knee: every draft pays; a line with no fixed part, the smallest."""
+        """Tokens a step verifies for the price of its fixed part: the fitted t0 / t1 (clamped, so a line with no
+        fixed part gives the smallest), else the prior. Steps whose cost does not grow with their tokens give
+        the largest: every draft pays."""
         if self.fixed is not None:
             return self.fixed
         line = self.line()
@@ -78,8 +78,6 @@ class StepCost:
             knee = self.prior
         elif line[1] * self._x <= FLAT * self._y:  # the slope adds (next to) nothing to the mean step
             knee = KNEE_RANGE[1]
-        elif line[0] <= 0:
-            knee = KNEE_RANGE[0]
         else:
             knee = line[0] / line[1]
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
