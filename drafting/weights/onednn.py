@@ -36,6 +36,12 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def packs_bfloat16() -> bool:
+    """oneDNN packs bfloat16 weights only on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; on an AVX2-only CPU
+    the packing raises, so bfloat16 keeps torch's own kernels there."""
+    return available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def packing_refusal(name: str):
     """Why ``--weights name``, a format of oneDNN-packed weights, cannot run on (device, dtype); None where it can."""
 
@@ -44,6 +50,9 @@ def packing_refusal(name: str):
             return f"--weights {name} packs weights for oneDNN's CPU kernels; use it with --device cpu."
         if not available():
             return f"This torch build has no oneDNN, so --weights {name} cannot run here."
+        if dtype == torch.bfloat16 and not packs_bfloat16():
+            return (f"This CPU lacks the AVX-512 or AVX-NE-CONVERT instructions oneDNN packs bfloat16 weights with, "
+                    f"so --weights {name} cannot run in bfloat16 here; use --dtype float32 or --weights float.")
         return None
 
     return refusal

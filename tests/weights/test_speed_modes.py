@@ -133,10 +133,11 @@ def test_onednn_weights_compute_the_same_rows_whatever_the_batch(tiny_lm):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 def test_onednn_layer_matches_torch_linear_in_both_dtypes():
-    from drafting.weights.onednn import OneDNNLinear
+    from drafting.weights.onednn import OneDNNLinear, packs_bfloat16
 
     torch.manual_seed(0)
-    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+    dtypes = ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)) if packs_bfloat16() else ((torch.float32, 1e-5),)
+    for dtype, tol in dtypes:
         dense = torch.nn.Linear(64, 48).to(dtype)
         packed = OneDNNLinear(dense)
         for rows in (1, 2, 16):
@@ -145,6 +146,24 @@ def test_onednn_layer_matches_torch_linear_in_both_dtypes():
                 got, want = packed(x), dense(x)
             assert got.shape == want.shape and got.dtype == dtype
             assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+def test_onednn_formats_refuse_bfloat16_where_the_cpu_cannot_pack_it():
+    from drafting.errors import WeightsError
+    from drafting.weights.formats import WEIGHT_FORMATS, check_format
+    from drafting.weights.onednn import packs_bfloat16
+    from drafting.weights.probe import candidates
+
+    cpu = torch.device("cpu")
+    if packs_bfloat16():
+        check_format("onednn", cpu, torch.bfloat16)
+        check_format("dual", cpu, torch.bfloat16)
+        return
+    for name in ("onednn", "dual"):
+        with pytest.raises(WeightsError, match="cannot run in bfloat16 here"):
+            check_format(name, cpu, torch.bfloat16)
+        check_format(name, cpu, torch.float32)
+    assert "onednn" not in candidates(torch.bfloat16, cpu)  # auto times only what runs here
 
 
 def test_auto_weights_are_measured_only_on_cpu():
