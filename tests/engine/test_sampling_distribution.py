@@ -123,7 +123,12 @@ def sample_continuations(lm, spec: str, acceptor, prompt: list[int], n: int = SA
     return counts, drafts
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
+# `make test` proves every speculator under temperature alone; the heavy tier adds the top-k and top-p cuts
+LIGHT_SETTING = "temperature"
+
+
+@pytest.mark.parametrize("setting", [s if s == LIGHT_SETTING else pytest.param(s, marks=pytest.mark.heavy)
+                                     for s in SETTINGS])
 @pytest.mark.parametrize("spec", list(registry()))
 def test_sampling_distribution_matches_exact(peaked_lm, prompt, exact, spec, setting):
     counts, drafts = sample_continuations(peaked_lm, spec, make_acceptor(SETTINGS[setting]), prompt)

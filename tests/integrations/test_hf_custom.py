@@ -40,6 +40,7 @@ def _fingerprint(model) -> tuple:
             tuple(p.data_ptr() for p in model.parameters()))
 
 
+@pytest.mark.heavy  # four real prompts through generate() twice each; the tests below run goose inside generate() on shorter ones
 def test_goose_inside_generate_is_identical_to_plain_generate_on_real_prompts(hf):
     model, tok = hf
     before = _fingerprint(model)

@@ -126,6 +126,7 @@ def test_small_quantised_model_keeps_its_exact_dequantised_values(embedded_folde
     assert all(t.dtype == torch.float32 for t in stored.values() if t.dim() >= 2)
 
 
+@pytest.mark.heavy  # a second conversion of the embedded model
 @pytest.mark.slow
 def test_large_quantised_model_is_stored_in_bfloat16(embedded_folder, tmp_path):
     """Above the exact-size limit (forced here to 0) matrices are rounded to bfloat16 and norms keep float32;
@@ -150,6 +151,7 @@ def test_large_quantised_model_is_stored_in_bfloat16(embedded_folder, tmp_path):
     assert torch.equal(lm.model.get_input_embeddings().weight, half["model.embed_tokens.weight"].float())
 
 
+@pytest.mark.heavy  # a conversion of a half-precision copy of the embedded model
 @pytest.mark.slow
 def test_f16_gguf_is_stored_in_float16_and_reads_back_exactly(small_gguf, tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM

@@ -189,6 +189,7 @@ def test_row_dispatch_tree_logits_match_sequential_steps(tiny_lm, fmt):
         assert Decoder(lm, create(spec)).generate(prompt, 24).output_ids == ar
 
 
+@pytest.mark.heavy  # the embedded model loaded again per format; the tiny model proves the same rows match above
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ROW_DISPATCH)
 def test_row_dispatch_weights_keep_goose_identical_to_ar_on_real_prompts(real_prompts, fmt):

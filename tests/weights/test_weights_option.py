@@ -20,6 +20,7 @@ def test_weights_option_is_checked_before_loading(command, args):
     assert clash.returncode != 0 and "--dtype bfloat16" in clash.stderr and "Traceback" not in clash.stderr
 
 
+@pytest.mark.heavy  # a whole chat command in a fresh process, converting to int8
 @pytest.mark.slow
 @pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no weight-only int8 CPU kernel")
 def test_chat_answers_with_int8_weights():
