@@ -17,6 +17,11 @@ The knee is measured, not assumed (``StepCost``): the time between two proposals
 verified token count the proposer knows (what it drafted plus one per request), so a least-squares line through
 (tokens, seconds) over recent steps gives t0 and t1. Until the line is trustworthy (enough steps, enough spread
 in token counts) the prior knee is used.
+
+An engine may also take a dearer path as soon as any request carries drafts (vLLM's CPU build does): the fit
+then gives steps with drafts a fixed part of their own, t0 + jump, the knee is that of a drafting step, and a
+step drafts at all only when its drafts beat the same step without them, jump included
+(``StepCost.drafting_pays``).
 """
 
 from __future__ import annotations
@@ -30,57 +35,125 @@ FIT_MIN_STEPS = 20  # steps (of weight) before the fitted line is used
 FIT_MIN_SPREAD = 1.0  # tokens: standard deviation of the verified token counts the fit needs to see a slope
 FLAT = 1e-3  # a slope that adds less than this share to the mean step is read as no slope at all
 OUTLIER = 4.0  # a step slower than this many times the fitted line (a pause between requests) is not fitted
+JUMP_MIN_STEPS = 3.0  # steps (of weight) of each kind, with and without drafts, before a jump between them is fitted
+
+
+class _DecayedSums:
+    """Sums of weight, tokens, seconds and their products over the steps of one kind, older steps fading."""
+
+    def __init__(self):
+        self.w = self.x = self.y = self.xx = self.xy = 0.0
+
+    def fade(self, d: float) -> None:
+        self.w, self.x, self.y, self.xx, self.xy = (d * v for v in (self.w, self.x, self.y, self.xx, self.xy))
+
+    def add(self, x: float, y: float) -> None:
+        self.w += 1.0
+        self.x += x
+        self.y += y
+        self.xx += x * x
+        self.xy += x * y
+
+    def merged(self, other: "_DecayedSums") -> "_DecayedSums":
+        out = _DecayedSums()
+        out.w, out.x, out.y, out.xx, out.xy = (a + b for a, b in zip(
+            (self.w, self.x, self.y, self.xx, self.xy), (other.w, other.x, other.y, other.xx, other.xy)))
+        return out
+
+    def centred(self) -> tuple[float, float]:
+        """(sum of squared token deviations, sum of token x seconds deviations) about this kind's own means."""
+        if self.w <= 0:
+            return 0.0, 0.0
+        return self.xx - self.x * self.x / self.w, self.xy - self.x * self.y / self.w
 
 
 class StepCost:
-    """Online least-squares fit of step seconds = t0 + t1 * verified tokens, with exponential forgetting."""
+    """Online least-squares fit of step seconds = t0 + jump * [the step verified drafts] + t1 * verified tokens,
+    with exponential forgetting: one slope, and a fixed part of its own for steps with and without drafts
+    (an engine may take another, dearer path once any request carries drafts)."""
 
     def __init__(self, prior: float = KNEE_PRIOR, fixed: float | None = None):
         self.prior = prior
         self.fixed = fixed  # a knee given by the user: no fitting
-        self._w = self._x = self._y = self._xx = self._xy = 0.0
+        self._plain = _DecayedSums()  # steps that verified no drafts
+        self._drafted = _DecayedSums()  # steps that verified some
 
-    def add(self, tokens: int, seconds: float) -> None:
-        """One engine step that verified ``tokens`` tokens in ``seconds``."""
+    def add(self, tokens: int, seconds: float, drafted: bool = True) -> None:
+        """One engine step that verified ``tokens`` tokens in ``seconds`` (``drafted``: some of them drafts)."""
         if self.fixed is not None or tokens <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return
-        line = self.line()  # a pause is a step far above a line that predicts a positive time at all
-        if line is not None and 0 < line[0] + line[1] * tokens < seconds / OUTLIER:
+        # a pause is a step far above a fit that predicts a positive time at all, for steps of its kind: the
+        # first steps with drafts may well be far above a fit of steps without
+        kind = self._drafted if drafted else self._plain
+        fit = self.fit() if kind.w >= JUMP_MIN_STEPS else None
+        if fit is not None and 0 < self.seconds(fit, tokens, drafted) < seconds / OUTLIER:
             return
-        d = FIT_DECAY
-        self._w = d * self._w + 1.0
-        self._x = d * self._x + tokens
-        self._y = d * self._y + seconds
-        self._xx = d * self._xx + tokens * tokens
-        self._xy = d * self._xy + tokens * seconds
+        self._plain.fade(FIT_DECAY)
+        self._drafted.fade(FIT_DECAY)
+        (self._drafted if drafted else self._plain).add(tokens, seconds)
+
+    @staticmethod
+    def seconds(fit: tuple[float, float, float], tokens: float, drafted: bool) -> float:
+        t0, jump, t1 = fit
+        return t0 + (jump if drafted else 0.0) + t1 * tokens
+
+    def fit(self) -> tuple[float, float, float] | None:
+        """(t0, jump, t1), or None while the steps seen cannot tell a slope (too few, or their token counts too
+        alike) nor a jump. The jump is 0 until both kinds of step have been seen enough to tell it; where both
+        have, but the token counts within each are too alike to tell a slope, the slope is taken as 0."""
+        both = self._plain.merged(self._drafted)
+        if both.w < FIT_MIN_STEPS:
+            return None
+        kinds = [k for k in (self._plain, self._drafted) if k.w >= JUMP_MIN_STEPS]
+        if len(kinds) < 2:
+            kinds = [both]  # one kind (or too little of the other): a single line
+        sxx = sum(k.centred()[0] for k in kinds)
+        if sxx / both.w >= FIT_MIN_SPREAD ** 2:
+            t1 = sum(k.centred()[1] for k in kinds) / sxx
+        elif len(kinds) == 2:
+            t1 = 0.0  # each kind alike in tokens: what tells them apart is the jump (a slope shows once drafts vary)
+        else:
+            return None
+        if len(kinds) == 1:
+            t0 = (both.y - t1 * both.x) / both.w
+            return t0, 0.0, t1
+        t0 = (self._plain.y - t1 * self._plain.x) / self._plain.w
+        return t0, (self._drafted.y - t1 * self._drafted.x) / self._drafted.w - t0, t1
 
     def line(self) -> tuple[float, float] | None:
-        """(t0, t1) of the fitted line, or None while the steps seen cannot tell a slope (too few, or their
-        token counts too alike)."""
-        if self._w < FIT_MIN_STEPS:
-            return None
-        mx, my = self._x / self._w, self._y / self._w
-        var = self._xx / self._w - mx * mx
-        if var < FIT_MIN_SPREAD ** 2:
-            return None
-        t1 = (self._xy / self._w - mx * my) / var
-        return my - t1 * mx, t1
+        """(fixed part, t1) of a step that verifies drafts, or None while the fit cannot tell them."""
+        fit = self.fit()
+        return None if fit is None else (fit[0] + fit[1], fit[2])
 
     @property
     def knee(self) -> float:
-        """Tokens a step verifies for the price of its fixed part: the fitted t0 / t1 (clamped, so a line with no
-        fixed part gives the smallest), else the prior. Steps whose cost does not grow with their tokens give
-        the largest: every draft pays."""
+        """Tokens a step with drafts verifies for the price of its fixed part: (t0 + jump) / t1 (clamped, so a
+        line with no fixed part gives the smallest), else the prior. Steps whose cost does not grow with their
+        tokens give the largest: every draft pays."""
         if self.fixed is not None:
             return self.fixed
         line = self.line()
         if line is None:
             knee = self.prior
-        elif line[1] * self._x <= FLAT * self._y:  # the slope adds (next to) nothing to the mean step
-            knee = KNEE_RANGE[1]
         else:
-            knee = line[0] / line[1]
+            steps = self._drafted if self._drafted.w >= JUMP_MIN_STEPS else self._plain.merged(self._drafted)
+            if line[1] * steps.x <= FLAT * steps.y:  # the slope adds (next to) nothing to the mean step
+                knee = KNEE_RANGE[1]
+            else:
+                knee = line[0] / line[1]
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
+
+    def drafting_pays(self, yielded: float, verified: float, requests: int) -> bool:
+        """Whether a step that yields ``yielded`` tokens for ``verified`` ones beats a step of the same
+        ``requests`` without drafts, the jump included; True while no jump has been measured."""
+        fit = self.fit()
+        if self.fixed is not None or fit is None or fit[1] <= 0:
+            return True
+        with_drafts = self.seconds(fit, verified, True)
+        without = self.seconds(fit, requests, False)
+        if with_drafts <= 0 or without <= 0:
+            return True
+        return yielded / with_drafts > requests / without
 
 
 def threshold(yielded: float, verified: float, knee: float) -> float:

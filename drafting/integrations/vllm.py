@@ -151,6 +151,7 @@ class GooseProposer:
         self._clock = clock
         self._last_call: float | None = None
         self._last_verified = 0  # tokens the step after the previous call verifies: one per request + its drafts
+        self._last_drafted = False  # whether any of them were drafts
         self._calls = 0
 
     # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load
@@ -205,16 +206,17 @@ class GooseProposer:
         self._rows = rows  # requests no row matched have finished or left the batch: their state goes
         if self._last_call is not None and same_batch:
             # the same requests, all decoding: the time since the last call is one step over what it verified
-            self.cost.add(self._last_verified, now - self._last_call)
+            self.cost.add(self._last_verified, now - self._last_call, self._last_drafted)
         drafts = self._draft(decoding)
         self._calls += 1
         if self.budget and self._calls % LOG_EVERY == 0:
-            line = self.cost.line()
-            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), spine alpha %.2f, table alpha %.2f, "
-                     "batch %d", self.cost.knee, "measured" if line else "prior",
+            fit = self.cost.fit()
+            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, spine alpha %.2f, table alpha "
+                     "%.2f, batch %d", self.cost.knee, "measured" if fit else "prior", 1e3 * fit[1] if fit else 0.0,
                      self.source_acceptance[SPINE].alpha(), self.source_acceptance[TABLE].alpha(), len(decoding))
         self._last_call = now
         self._last_verified = sum(1 + len(drafts.get(i, ())) for i in decoding)
+        self._last_drafted = self._last_verified > len(decoding)
         return [drafts.get(i, []) for i in range(len(sampled_token_ids))]
 
     def _draft(self, decoding: dict[int, tuple[RequestChain, int]]) -> dict[int, list[int]]:
@@ -233,8 +235,12 @@ class GooseProposer:
             order.append(i)
             chances.append(token_chances(alphas[st.last_source], len(draft)) if draft else [])
             drafts[i] = draft
+        keep = allot(chances, knee)
+        yielded = len(order) + sum(sum(ps[:n]) for ps, n in zip(chances, keep))
+        if not self.cost.drafting_pays(yielded, len(order) + sum(keep), len(order)):
+            keep = [0] * len(order)  # what the drafts would earn does not pay for the jump to a drafting step
         used = set()
-        for i, n in zip(order, allot(chances, knee)):
+        for i, n in zip(order, keep):
             st = decoding[i][0]
             if n:
                 used.add(st.last_source)

@@ -130,9 +130,9 @@ class Clock:
         return self.now
 
 
-def misleading(seed: int, prompt_len: int = 120, length: int = 420) -> list[int]:
-    """A prompt of repeated phrases, then a continuation where each phrase starts as before and goes on
-    differently: the context matcher drafts the old phrase and its first token is rejected."""
+def misleading(seed: int, prompt_len: int = 120, length: int = 420, kept: int = 2) -> list[int]:
+    """A prompt of repeated phrases, then a continuation where each phrase starts as before (its first ``kept``
+    tokens) and goes on differently: the context matcher drafts the old phrase, which is soon rejected."""
     rng = random.Random(seed)
     phrases = [[rng.randrange(3, 400) for _ in range(rng.randrange(5, 10))] for _ in range(6)]
     out: list[int] = []
@@ -141,13 +141,24 @@ def misleading(seed: int, prompt_len: int = 120, length: int = 420) -> list[int]
     out = out[:prompt_len]
     while len(out) < length:
         phrase = rng.choice(phrases)
-        out += phrase[:2] + [rng.randrange(500, 50000) for _ in phrase[2:]]
+        out += phrase[:kept] + [rng.randrange(500, 50000) for _ in phrase[kept:]]
     return out[:length]
 
 
-def run_batch(settings: str, requests: int, steps: int = 60) -> int:
-    """Drive a proposer over ``requests`` streams whose drafts are mostly wrong, a step costing 0.05 s plus
-    0.005 s per verified token (knee 10); the draft tokens it proposed."""
+def sloped_step(drafts: list[list[int]]) -> float:
+    """0.05 s plus 0.005 s per verified token (knee 10)."""
+    return 0.05 + 0.005 * sum(1 + len(d) for d in drafts)
+
+
+def jumping_step(drafts: list[list[int]]) -> float:
+    """0.118 s without drafts, 0.183 s with any, plus 0.2 ms per verified token (vLLM's CPU build, measured)."""
+    return 0.118 + (0.065 if any(drafts) else 0.0) + 0.0002 * sum(1 + len(d) for d in drafts)
+
+
+def run_batch(settings: str, requests: int, steps: int = 60, step_seconds=sloped_step,
+              text=misleading) -> list[int]:
+    """Drive a proposer over ``requests`` streams (by default ones whose drafts are mostly wrong), each engine
+    step lasting ``step_seconds`` of the drafts it verifies; the draft tokens it proposed per step."""
     from tests.integrations.test_vllm_proposer import FakeBatch
 
     clock = Clock()
@@ -155,13 +166,13 @@ def run_batch(settings: str, requests: int, steps: int = 60) -> int:
                       clock=clock)
     batch = FakeBatch(max_reqs=requests, max_len=512)
     for r in range(requests):
-        batch.add(misleading(r), prompt_len=120)
-    drafted = 0
+        batch.add(text(r), prompt_len=120)
+    drafted = []
     for _ in range(steps):
         sampled = batch.step()
-        clock.now += 0.05 + 0.005 * sum(1 + len(d) for d in batch.drafts)
+        clock.now += step_seconds(batch.drafts)
         drafts = batch.run(p, sampled)
-        drafted += sum(map(len, drafts))
+        drafted.append(sum(map(len, drafts)))
     for row in range(requests):  # whatever was drafted, every request followed its own stream
         n = int(batch.num_tokens_no_spec[row])
         assert list(batch.token_ids_cpu[row, :n]) == batch.targets[row][:n]
@@ -169,9 +180,9 @@ def run_batch(settings: str, requests: int, steps: int = 60) -> int:
 
 
 def test_proposer_drafts_less_per_request_as_the_batch_grows_and_stops_when_drafts_fail():
-    one = run_batch("", requests=1)
-    many = run_batch("", requests=16)
-    off = run_batch("budget=off", requests=16)
+    one = sum(run_batch("", requests=1))
+    many = sum(run_batch("", requests=16))
+    off = sum(run_batch("budget=off", requests=16))
     assert one > 0
     assert many / 16 < one  # per request, the large batch drafts less
     assert many < off / 4  # and far less than GOOSE's own lengths, which ignore the batch
@@ -201,3 +212,42 @@ def test_proposer_measures_its_steps_and_keeps_sure_drafts_in_a_large_batch():
     for row in range(16):
         n = int(batch.num_tokens_no_spec[row])
         assert list(batch.token_ids_cpu[row, :n]) == batch.targets[row][:n]
+
+
+def test_step_cost_measures_a_jump_between_steps_with_and_without_drafts():
+    rng = random.Random(2)
+    cost = StepCost()
+    for _ in range(300):
+        drafted = rng.random() < 0.7
+        tokens = rng.randrange(2, 10) if drafted else 1
+        cost.add(tokens, jumping_step([[0] * (tokens - 1)]) + rng.gauss(0, 0.002), drafted)
+    t0, jump, t1 = cost.fit()
+    assert t0 == pytest.approx(0.118, abs=0.005) and jump == pytest.approx(0.065, abs=0.005)
+    assert cost.knee > 200  # once a step drafts, more draft tokens are nearly free
+    # one request: a drafting step (9 tokens) costs 1.56 plain steps, so it must yield more than that
+    assert not cost.drafting_pays(1.4, 9, 1)
+    assert cost.drafting_pays(1.8, 9, 1)
+    line = StepCost()
+    for tokens in range(1, 100):
+        line.add(tokens, 0.05 + 0.001 * tokens)  # only steps with drafts: no jump can be told, none assumed
+    assert line.fit()[1] == 0.0 and line.drafting_pays(1.01, 50, 1)
+
+
+def repeating(seed: int) -> list[int]:
+    return list(range(10 + seed, 30 + seed)) * 20  # every draft of the context spine is accepted
+
+
+def test_proposer_speculates_only_where_drafts_pay_for_the_jump():
+    # drafts that win about one token each pay for vLLM's measured jump, but not for one five times as high
+    def steep(drafts: list[list[int]]) -> float:
+        return jumping_step(drafts) + (0.26 if any(drafts) else 0.0)
+
+    paying = run_batch("", requests=1, steps=120, step_seconds=jumping_step)
+    steep_budget = run_batch("", requests=1, steps=120, step_seconds=steep)
+    steep_off = run_batch("budget=off", requests=1, steps=120, step_seconds=steep)
+    steps = {name: sum(map(bool, drafted[-60:])) for name, drafted in
+             (("paying", paying), ("steep", steep_budget), ("off", steep_off))}
+    assert steps["off"] > 5 and steps["paying"] > steps["off"] / 2 > steps["steep"], steps
+    # drafts that are all accepted keep their whole chain
+    sure = run_batch("", requests=1, steps=30, step_seconds=jumping_step, text=repeating)  # the text's end: 31
+    assert min(sure[-20:]) == 8
