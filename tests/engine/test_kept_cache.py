@@ -33,7 +33,8 @@ def _answer(session: ChatSession, text: str, stop_after: int | None = None) -> l
     return out
 
 
-@pytest.mark.parametrize("spec", ["goose", "ar"])
+# plain decoding takes the same kept-cache path without a speculator to resume: the heavy tier proves it
+@pytest.mark.parametrize("spec", ["goose", pytest.param("ar", marks=pytest.mark.heavy)])
 def test_ten_turns_with_the_kept_cache_match_full_prefill(embedded_lm, spec):
     kept = ChatSession(embedded_lm, spec, max_new_tokens=TOKENS)
     full = ChatSession(embedded_lm, spec, max_new_tokens=TOKENS, keep_cache=False)

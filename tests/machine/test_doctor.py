@@ -77,6 +77,7 @@ def test_doctor_help_says_the_default_run_is_short():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a whole doctor in a fresh process and a fresh cache: the model is converted again
 def test_doctor_writes_the_choice_that_auto_then_uses(tmp_path):
     import json
 
