@@ -72,9 +72,10 @@ class StepCost:
     with exponential forgetting: one slope, and a fixed part of its own for steps with and without drafts
     (an engine may take another, dearer path once any request carries drafts)."""
 
-    def __init__(self, prior: float = KNEE_PRIOR, fixed: float | None = None):
+    def __init__(self, prior: float = KNEE_PRIOR, fixed: float | None = None, jump: bool = True):
         self.prior = prior
         self.fixed = fixed  # a knee given by the user: no fitting
+        self.jump = jump  # False: one line through every step, with and without drafts
         self._plain = _DecayedSums()  # steps that verified no drafts
         self._drafted = _DecayedSums()  # steps that verified some
 
@@ -82,6 +83,7 @@ class StepCost:
         """One engine step that verified ``tokens`` tokens in ``seconds`` (``drafted``: some of them drafts)."""
         if self.fixed is not None or tokens <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return
+        drafted = drafted or not self.jump
         # a pause is a step far above a fit that predicts a positive time at all, for steps of its kind: the
         # first steps with drafts may well be far above a fit of steps without
         kind = self._drafted if drafted else self._plain

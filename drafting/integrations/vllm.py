@@ -43,6 +43,8 @@ SETTINGS = {  # name: (default, type, help)
     "knee": ("auto", str, "tokens a step verifies for the price of its fixed part: auto = measured from the "
                           "step times, or a number"),
     "knee_prior": (KNEE_PRIOR, float, "the knee assumed until the step times can tell it (knee=auto)"),
+    "jump": ("auto", str, "auto = steps that verify drafts get a fixed part of their own, measured, and a step "
+                          "drafts only where its drafts pay for it; off = one line through all steps"),
 }
 
 
@@ -75,6 +77,8 @@ def parse_settings(text: str | None) -> dict:
         if not knee > 0:
             raise SettingsError(f"GooseProposer setting knee must be auto or a number above 0, not {out['knee']!r}.")
         out["knee"] = knee
+    if out["jump"] not in ("auto", "off"):
+        raise SettingsError(f"GooseProposer setting jump must be auto or off, not {out['jump']!r}.")
     if not out["knee_prior"] > 0:
         raise SettingsError(f"GooseProposer setting knee_prior must be above 0, not {out['knee_prior']}.")
     return out
@@ -145,7 +149,8 @@ class GooseProposer:
                             "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size}
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
         self.budget = s["budget"] == "cost"
-        self.cost = StepCost(prior=s["knee_prior"], fixed=None if s["knee"] == "auto" else s["knee"])
+        self.cost = StepCost(prior=s["knee_prior"], fixed=None if s["knee"] == "auto" else s["knee"],
+                             jump=s["jump"] == "auto")
         # per-token acceptance of each source over every request of this proposer: a new request's prior
         self.source_acceptance = {s: ChainAcceptance(decay=SOURCE_DECAY) for s in (SPINE, TABLE)}
         self._clock = clock

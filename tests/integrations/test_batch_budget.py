@@ -115,7 +115,8 @@ def test_budget_settings():
     s = parse_settings("")
     assert (s["budget"], s["knee"], s["knee_prior"]) == ("cost", "auto", KNEE_PRIOR)
     assert parse_settings("knee=12+budget=off")["knee"] == 12.0
-    for bad in ("budget=maybe", "knee=-1", "knee=fast", "knee_prior=0"):
+    assert parse_settings("")["jump"] == "auto" and parse_settings("jump=off")["jump"] == "off"
+    for bad in ("budget=maybe", "knee=-1", "knee=fast", "knee_prior=0", "jump=maybe"):
         with pytest.raises(SettingsError):
             parse_settings(bad)
 
@@ -231,6 +232,11 @@ def test_step_cost_measures_a_jump_between_steps_with_and_without_drafts():
     for tokens in range(1, 100):
         line.add(tokens, 0.05 + 0.001 * tokens)  # only steps with drafts: no jump can be told, none assumed
     assert line.fit()[1] == 0.0 and line.drafting_pays(1.01, 50, 1)
+    off = StepCost(jump=False)
+    for _ in range(100):
+        drafted = rng.random() < 0.7
+        off.add(9 if drafted else 1, jumping_step([[0] * 8] if drafted else [[]]), drafted)
+    assert off.fit()[1] == 0.0 and off.knee < 200  # jump=off: the jump is read as a slope, as before
 
 
 def repeating(seed: int) -> list[int]:
