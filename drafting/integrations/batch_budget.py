@@ -21,7 +21,7 @@ in token counts) the prior knee is used.
 An engine may also take a dearer path as soon as any request carries drafts (vLLM's CPU build does): the fit
 then gives steps with drafts a fixed part of their own, t0 + jump, the knee is that of a drafting step, and a
 step drafts at all only when its drafts beat the same step without them, jump included
-(``StepCost.drafting_pays``).
+(``keep_paying``).
 """
 
 from __future__ import annotations
@@ -78,54 +78,55 @@ class StepCost:
         self.jump = jump  # False: one line through every step, with and without drafts
         self._plain = _DecayedSums()  # steps that verified no drafts
         self._drafted = _DecayedSums()  # steps that verified some
+        self._fit: tuple[float, float, float] | None = None  # refitted once per step added, read many times
 
     def add(self, tokens: int, seconds: float, drafted: bool = True) -> None:
         """One engine step that verified ``tokens`` tokens in ``seconds`` (``drafted``: some of them drafts)."""
         if self.fixed is not None or tokens <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return
         drafted = drafted or not self.jump
+        kind = self._drafted if drafted else self._plain
         # a pause is a step far above a fit that predicts a positive time at all, for steps of its kind: the
         # first steps with drafts may well be far above a fit of steps without
-        kind = self._drafted if drafted else self._plain
-        fit = self.fit() if kind.w >= JUMP_MIN_STEPS else None
-        if fit is not None and 0 < self.seconds(fit, tokens, drafted) < seconds / OUTLIER:
-            return
+        if kind.w >= JUMP_MIN_STEPS and self._fit is not None:
+            if 0 < self.seconds(tokens, drafted) < seconds / OUTLIER:
+                return
         self._plain.fade(FIT_DECAY)
         self._drafted.fade(FIT_DECAY)
-        (self._drafted if drafted else self._plain).add(tokens, seconds)
-
-    @staticmethod
-    def seconds(fit: tuple[float, float, float], tokens: float, drafted: bool) -> float:
-        t0, jump, t1 = fit
-        return t0 + (jump if drafted else 0.0) + t1 * tokens
+        kind.add(tokens, seconds)
+        self._fit = self._refit()
 
     def fit(self) -> tuple[float, float, float] | None:
         """(t0, jump, t1), or None while the steps seen cannot tell a slope (too few, or their token counts too
         alike) nor a jump. The jump is 0 until both kinds of step have been seen enough to tell it; where both
         have, but the token counts within each are too alike to tell a slope, the slope is taken as 0."""
+        return self._fit
+
+    def seconds(self, tokens: float, drafted: bool) -> float:
+        """What the fit says a step of ``tokens`` verified tokens costs (call only where ``fit()`` is not None)."""
+        t0, jump, t1 = self._fit
+        return t0 + (jump if drafted else 0.0) + t1 * tokens
+
+    def _refit(self) -> tuple[float, float, float] | None:
         both = self._plain.merged(self._drafted)
         if both.w < FIT_MIN_STEPS:
             return None
         kinds = [k for k in (self._plain, self._drafted) if k.w >= JUMP_MIN_STEPS]
         if len(kinds) < 2:
             kinds = [both]  # one kind (or too little of the other): a single line
-        sxx = sum(k.centred()[0] for k in kinds)
+        sxx, sxy = (sum(part) for part in zip(*(k.centred() for k in kinds)))
         if sxx / both.w >= FIT_MIN_SPREAD ** 2:
-            t1 = sum(k.centred()[1] for k in kinds) / sxx
+            t1 = sxy / sxx
         elif len(kinds) == 2:
             t1 = 0.0  # each kind alike in tokens: what tells them apart is the jump (a slope shows once drafts vary)
         else:
             return None
+        if t1 * both.x <= FLAT * both.y:
+            t1 = 0.0  # the slope adds (next to) nothing to the mean step: more tokens cost nothing measurable
         if len(kinds) == 1:
-            t0 = (both.y - t1 * both.x) / both.w
-            return t0, 0.0, t1
+            return (both.y - t1 * both.x) / both.w, 0.0, t1
         t0 = (self._plain.y - t1 * self._plain.x) / self._plain.w
         return t0, (self._drafted.y - t1 * self._drafted.x) / self._drafted.w - t0, t1
-
-    def line(self) -> tuple[float, float] | None:
-        """(fixed part, t1) of a step that verifies drafts, or None while the fit cannot tell them."""
-        fit = self.fit()
-        return None if fit is None else (fit[0] + fit[1], fit[2])
 
     @property
     def knee(self) -> float:
@@ -134,25 +135,18 @@ class StepCost:
         tokens give the largest: every draft pays."""
         if self.fixed is not None:
             return self.fixed
-        line = self.line()
-        if line is None:
-            knee = self.prior
-        else:
-            steps = self._drafted if self._drafted.w >= JUMP_MIN_STEPS else self._plain.merged(self._drafted)
-            if line[1] * steps.x <= FLAT * steps.y:  # the slope adds (next to) nothing to the mean step
-                knee = KNEE_RANGE[1]
-            else:
-                knee = line[0] / line[1]
+        if self._fit is None:
+            return self.prior
+        t0, jump, t1 = self._fit
+        knee = KNEE_RANGE[1] if t1 <= 0 else (t0 + jump) / t1
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
 
     def drafting_pays(self, yielded: float, verified: float, requests: int) -> bool:
         """Whether a step that yields ``yielded`` tokens for ``verified`` ones beats a step of the same
         ``requests`` without drafts, the jump included; True while no jump has been measured."""
-        fit = self.fit()
-        if self.fixed is not None or fit is None or fit[1] <= 0:
+        if self._fit is None or self._fit[1] <= 0:
             return True
-        with_drafts = self.seconds(fit, verified, True)
-        without = self.seconds(fit, requests, False)
+        with_drafts, without = self.seconds(verified, True), self.seconds(requests, False)
         if with_drafts <= 0 or without <= 0:
             return True
         return yielded / with_drafts > requests / without
@@ -180,6 +174,16 @@ def allot(chances: list[list[float]], knee: float) -> list[int]:
         keep[r] += 1
         e += p
         t += 1
+    return keep
+
+
+def keep_paying(chances: list[list[float]], cost: StepCost) -> list[int]:
+    """``allot`` at the cost's knee; then nothing at all where the tokens kept do not pay for the jump from a
+    step without drafts to one with them."""
+    keep = allot(chances, cost.knee)
+    yielded = len(chances) + sum(sum(ps[:n]) for ps, n in zip(chances, keep))
+    if not cost.drafting_pays(yielded, len(chances) + sum(keep), len(chances)):
+        return [0] * len(chances)
     return keep
 
 

@@ -26,7 +26,8 @@ import logging
 import os
 import time
 
-from drafting.integrations.batch_budget import KNEE_PRIOR, ChainAcceptance, StepCost, allot, threshold, token_chances
+from drafting.integrations.batch_budget import (KNEE_PRIOR, ChainAcceptance, StepCost, keep_paying, threshold,
+                                                token_chances)
 from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
 
@@ -228,8 +229,7 @@ class GooseProposer:
         """GOOSE's chain per decoding row, then (budget=cost) only the tokens the step budget keeps."""
         if not self.budget:
             return {i: st.propose(limit) if limit > 0 else [] for i, (st, limit) in decoding.items()}
-        knee = self.cost.knee
-        floor = threshold(len(decoding), len(decoding), knee)  # what even the step's first draft token must beat
+        floor = threshold(len(decoding), len(decoding), self.cost.knee)  # what even the step's first draft token must beat
         base = {s: a.alpha() for s, a in self.source_acceptance.items()}
         drafts: dict[int, list[int]] = {}
         chances: list[list[float]] = []
@@ -240,12 +240,8 @@ class GooseProposer:
             order.append(i)
             chances.append(token_chances(alphas[st.last_source], len(draft)) if draft else [])
             drafts[i] = draft
-        keep = allot(chances, knee)
-        yielded = len(order) + sum(sum(ps[:n]) for ps, n in zip(chances, keep))
-        if not self.cost.drafting_pays(yielded, len(order) + sum(keep), len(order)):
-            keep = [0] * len(order)  # what the drafts would earn does not pay for the jump to a drafting step
         used = set()
-        for i, n in zip(order, keep):
+        for i, n in zip(order, keep_paying(chances, self.cost)):
             st = decoding[i][0]
             if n:
                 used.add(st.last_source)

@@ -131,9 +131,9 @@ class Clock:
         return self.now
 
 
-def misleading(seed: int, prompt_len: int = 120, length: int = 420, kept: int = 2) -> list[int]:
-    """A prompt of repeated phrases, then a continuation where each phrase starts as before (its first ``kept``
-    tokens) and goes on differently: the context matcher drafts the old phrase, which is soon rejected."""
+def misleading(seed: int, prompt_len: int = 120, length: int = 420) -> list[int]:
+    """A prompt of repeated phrases, then a continuation where each phrase starts as before and goes on
+    differently: the context matcher drafts the old phrase and its first token is rejected."""
     rng = random.Random(seed)
     phrases = [[rng.randrange(3, 400) for _ in range(rng.randrange(5, 10))] for _ in range(6)]
     out: list[int] = []
@@ -142,7 +142,7 @@ def misleading(seed: int, prompt_len: int = 120, length: int = 420, kept: int = 
     out = out[:prompt_len]
     while len(out) < length:
         phrase = rng.choice(phrases)
-        out += phrase[:kept] + [rng.randrange(500, 50000) for _ in phrase[kept:]]
+        out += phrase[:2] + [rng.randrange(500, 50000) for _ in phrase[2:]]
     return out[:length]
 
 

@@ -150,7 +150,7 @@ def test_onednn_layer_matches_torch_linear_in_both_dtypes():
 
 def test_onednn_formats_refuse_bfloat16_where_the_cpu_cannot_pack_it():
     from drafting.errors import WeightsError
-    from drafting.weights.formats import WEIGHT_FORMATS, check_format
+    from drafting.weights.formats import check_format
     from drafting.weights.onednn import packs_bfloat16
     from drafting.weights.probe import candidates
 
