@@ -91,8 +91,10 @@ class Conversation:
         self.prompt_tokens = 0
         self.wall = 0.0  # seconds its turns were in the engine
         self.tpots: list[float] = []  # per turn: seconds per output token after the first
+        self.turn_ids: list[tuple[list[int], list[int]]] = []  # per turn: its prompt ids and output ids (replays)
         self.turn = 0
         self.current: list[int] = []
+        self.current_prompt: list[int] = []
         self.submitted = self.first_token = 0.0
 
     def next_prompt(self, tokenizer, max_new_tokens: int, max_model_len: int) -> list[int] | None:
@@ -106,6 +108,7 @@ class Conversation:
         self.prompt_tokens += len(ids)
         self.turn += 1
         self.current = []
+        self.current_prompt = ids
         return ids
 
 
@@ -154,6 +157,7 @@ def serve(llm, prompts: list[dict], params, concurrency: int, max_new_tokens: in
             del active[out.request_id]
             got = conv.current
             conv.output += got
+            conv.turn_ids.append((conv.current_prompt, got))
             conv.wall += now - conv.submitted
             if len(got) > 1:
                 conv.tpots.append((now - conv.first_token) / (len(got) - 1))
@@ -187,7 +191,8 @@ def run_method(spec: dict) -> list[dict]:
                         int(spec["max_model_len"]), tokenizer, eos)
     after = _spec_counters(llm)
     rows = [{"method": spec["method"], "concurrency": concurrency, "id": c.id, "prompt_tokens": c.prompt_tokens,
-             "output_ids": c.output, "new_tokens": len(c.output), "wall_s": c.wall, "tpot_s": c.tpots}
+             "output_ids": c.output, "new_tokens": len(c.output), "wall_s": c.wall, "tpot_s": c.tpots,
+             "turn_ids": c.turn_ids}
             for c in convs]
     load = {"load": {"method": spec["method"], "concurrency": concurrency, "wall_s": wall,
                      "new_tokens": sum(r["new_tokens"] for r in rows), **{k: after[k] - before[k] for k in after}}}
