@@ -8,10 +8,10 @@ tokens per second; one more draft token that is accepted with probability p rais
 
     p > E / (knee + T)
 
-So a step takes the candidate draft tokens most likely to be accepted first, and stops at the first one that
-fails the test (``allot``). With one request and a large knee (a GPU, or a CPU reading big weights) nearly every
-plausible token pays; with many requests E approaches T and only tokens that are almost surely accepted pay,
-down to none: then the step costs what a step without speculation costs.
+So a step takes the candidate draft tokens most likely to be accepted first; with a cost that grows along a line
+the best set is where the first token fails that test. With one request and a large knee (a GPU, or a CPU reading
+big weights) nearly every plausible token pays; with many requests E approaches T and only tokens that are almost
+surely accepted pay, down to none: then the step costs what a step without speculation costs.
 
 The knee is measured, not assumed (``StepCost``): the time between two proposals is one engine step, whose
 verified token count the proposer knows (what it drafted plus one per request), so a least-squares line through
@@ -19,9 +19,11 @@ verified token count the proposer knows (what it drafted plus one per request), 
 in token counts) the prior knee is used.
 
 An engine may also take a dearer path as soon as any request carries drafts (vLLM's CPU build does): the fit
-then gives steps with drafts a fixed part of their own, t0 + jump, the knee is that of a drafting step, and a
-step drafts at all only when its drafts beat the same step without them, jump included
-(``keep_paying``).
+then gives steps with drafts a fixed part of their own, t0 + jump. And a step's cost need not follow the line at
+every size (a matrix kernel may be slow for one row count and fast for the next): the proposer also keeps the
+mean time of each (batch size, verified tokens) it has run often enough, and reads it in place of the line. So
+``keep_paying`` scores every prefix of the likeliest-first order, none at all included, by E over its cost, and
+keeps the best.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ FIT_MIN_SPREAD = 1.0  # tokens: standard deviation of the verified token counts 
 FLAT = 1e-3  # a slope that adds less than this share to the mean step is read as no slope at all
 OUTLIER = 4.0  # a step slower than this many times the fitted line (a pause between requests) is not fitted
 JUMP_MIN_STEPS = 3.0  # steps (of weight) of each kind, with and without drafts, before a jump between them is fitted
+SIZE_MIN_STEPS = 5.0  # steps (of weight) of one (batch, tokens) size before its own mean replaces the line there
+SIZE_MAX_TOKENS = 64  # sizes above this many verified tokens are read off the line only
 
 
 class _DecayedSums:
@@ -79,9 +83,13 @@ class StepCost:
         self._plain = _DecayedSums()  # steps that verified no drafts
         self._drafted = _DecayedSums()  # steps that verified some
         self._fit: tuple[float, float, float] | None = None  # refitted once per step added, read many times
+        # (requests, tokens) -> [weight, seconds sum, steps added when last faded]: each size's own mean
+        self._sizes: dict[tuple[int, int], list[float]] = {}
+        self._steps = 0
 
-    def add(self, tokens: int, seconds: float, drafted: bool = True) -> None:
-        """One engine step that verified ``tokens`` tokens in ``seconds`` (``drafted``: some of them drafts)."""
+    def add(self, tokens: int, seconds: float, drafted: bool = True, requests: int | None = None) -> None:
+        """One engine step of ``requests`` requests (None: not told) that verified ``tokens`` tokens in ``seconds``
+        (``drafted``: some of them drafts)."""
         if self.fixed is not None or tokens <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return
         drafted = drafted or not self.jump
@@ -95,6 +103,11 @@ class StepCost:
         self._drafted.fade(FIT_DECAY)
         kind.add(tokens, seconds)
         self._fit = self._refit()
+        self._steps += 1
+        if requests is not None and tokens <= SIZE_MAX_TOKENS:
+            size = self._size((requests, tokens))
+            size[0] += 1.0
+            size[1] += seconds
 
     def fit(self) -> tuple[float, float, float] | None:
         """(t0, jump, t1), or None while the steps seen cannot tell a slope (too few, or their token counts too
@@ -106,6 +119,27 @@ class StepCost:
         """What the fit says a step of ``tokens`` verified tokens costs (call only where ``fit()`` is not None)."""
         t0, jump, t1 = self._fit
         return t0 + (jump if drafted else 0.0) + t1 * tokens
+
+    def _size(self, key: tuple[int, int]) -> list[float]:
+        """One size's [weight, seconds sum, step], faded to now (its steps fade as the fit's do)."""
+        size = self._sizes.setdefault(key, [0.0, 0.0, self._steps])
+        if size[2] != self._steps:
+            fade = FIT_DECAY ** (self._steps - size[2])
+            size[0], size[1], size[2] = size[0] * fade, size[1] * fade, self._steps
+        return size
+
+    def cost(self, requests: int, tokens: int) -> float:
+        """What a step of ``requests`` requests verifying ``tokens`` tokens (drafts where tokens > requests) costs,
+        in units only comparable with each other: that size's own mean where it has run often enough, else the
+        fitted line, else knee + tokens (units of t1) from the prior or the given knee."""
+        drafted = tokens > requests
+        if self.fixed is not None or self._fit is None:
+            return self.knee + tokens
+        if tokens <= SIZE_MAX_TOKENS and (requests, tokens) in self._sizes:
+            weight, total, _ = self._size((requests, tokens))
+            if weight >= SIZE_MIN_STEPS:
+                return total / weight
+        return max(self.seconds(tokens, drafted), 1e-9)  # a fit with a negative fixed part: small steps are cheapest
 
     def _refit(self) -> tuple[float, float, float] | None:
         both = self._plain.merged(self._drafted)
@@ -141,49 +175,32 @@ class StepCost:
         knee = KNEE_RANGE[1] if t1 <= 0 else (t0 + jump) / t1
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
 
-    def drafting_pays(self, yielded: float, verified: float, requests: int) -> bool:
-        """Whether a step that yields ``yielded`` tokens for ``verified`` ones beats a step of the same
-        ``requests`` without drafts, the jump included; True while no jump has been measured."""
-        if self._fit is None or self._fit[1] <= 0:
-            return True
-        with_drafts, without = self.seconds(verified, True), self.seconds(requests, False)
-        if with_drafts <= 0 or without <= 0:
-            return True
-        return yielded / with_drafts > requests / without
 
 
 def threshold(yielded: float, verified: float, knee: float) -> float:
     """The acceptance chance one more draft token must beat in a step that so far yields ``yielded`` tokens for
-    ``verified`` verified ones: E / (knee + T)."""
+    ``verified`` verified ones, where cost grows along a line: E / (knee + T)."""
     return yielded / (knee + verified)
 
 
-def allot(chances: list[list[float]], knee: float) -> list[int]:
-    """Draft tokens to keep per request: ``chances[r][j]`` is the probability that request r's draft token j
-    is accepted (with all before it; non-increasing in j). Takes tokens most likely first while each one's
-    chance exceeds E / (knee + T), E the tokens the step yields so far and T those it verifies."""
-    keep = [0] * len(chances)
-    e = t = float(len(chances))  # every request yields and verifies its own token
-    order = sorted(((p, j, r) for r, ps in enumerate(chances) for j, p in enumerate(ps)),
-                   key=lambda c: (-c[0], c[1]))
-    for p, j, r in order:
-        if p <= threshold(e, t, knee):
-            break
-        if j != keep[r]:
-            continue  # a chain is verified in order: a token after one left out is no draft
-        keep[r] += 1
-        e += p
-        t += 1
-    return keep
-
-
 def keep_paying(chances: list[list[float]], cost: StepCost) -> list[int]:
-    """``allot`` at the cost's knee; then nothing at all where the tokens kept do not pay for the jump from a
-    step without drafts to one with them."""
-    keep = allot(chances, cost.knee)
-    yielded = len(chances) + sum(sum(ps[:n]) for ps, n in zip(chances, keep))
-    if not cost.drafting_pays(yielded, len(chances) + sum(keep), len(chances)):
-        return [0] * len(chances)
+    """Draft tokens to keep per request: ``chances[r][j]`` is the probability that request r's draft token j
+    is accepted (with all before it; non-increasing in j). Candidates are taken most likely first (a chain's
+    tokens in order); of every prefix of that order, none included, the one that yields the most tokens per
+    cost (``StepCost.cost``) is kept."""
+    b = len(chances)
+    order = sorted(((p, j, r) for r, ps in enumerate(chances) for j, p in enumerate(ps)), key=lambda c: (-c[0], c[1]))
+    e, best, best_m = float(b), b / cost.cost(b, b), 0
+    for m, (p, _, _) in enumerate(order, 1):
+        if p <= 0:
+            break
+        e += p
+        rate = e / cost.cost(b, b + m)
+        if rate > best:
+            best, best_m = rate, m
+    keep = [0] * b
+    for _, _, r in order[:best_m]:
+        keep[r] += 1
     return keep
 
 
@@ -223,3 +240,46 @@ class ChainAcceptance:
     def alpha(self, base: float = ALPHA_PRIOR) -> float:
         a = self.accepted + PRIOR_WEIGHT * base
         return a / (a + self.rejected + PRIOR_WEIGHT * (1.0 - base))
+
+
+KIND_DECAY = 0.995  # the counts of one kind of draft fade by this per verified draft of that kind
+KIND_PRIOR_WEIGHT = 4.0  # tokens' worth of evidence the depth before (or the source's alpha) counts for
+MAX_DEPTH = 64
+
+
+class DepthAcceptance:
+    """Over every request, per kind of draft (its source and what the source matched, e.g. the context n-gram's
+    length and whether its occurrences agreed) and per depth in the chain, how often a draft token was accepted
+    given that the tokens before it were. Depth j's share is shrunk towards depth j - 1's (depth 0 towards a
+    given base), so a depth seldom verified reads like its neighbour instead of an arbitrary prior."""
+
+    def __init__(self, decay: float = KIND_DECAY):
+        self.decay = decay
+        self._counts: dict[tuple, list[list[float]]] = {}  # kind -> per depth [accepted, tried]
+
+    def observe(self, kind: tuple, got: int, drafted: int) -> None:
+        """A draft of this kind of ``drafted`` tokens, of which the first ``got`` were accepted."""
+        if drafted <= 0:
+            return
+        depths = self._counts.setdefault(kind, [])
+        for d in depths:
+            d[0] *= self.decay
+            d[1] *= self.decay
+        tried = min(drafted, got + 1, MAX_DEPTH)
+        while len(depths) < tried:
+            depths.append([0.0, 0.0])
+        for j in range(tried):
+            depths[j][1] += 1.0
+            depths[j][0] += 1.0 if j < got else 0.0
+
+    def chances(self, kind: tuple, n: int, base: float) -> list[float]:
+        """The chance that each of a draft's first ``n`` tokens is accepted together with those before it."""
+        depths = self._counts.get(kind, [])
+        out, q, chance = [], base, 1.0
+        for j in range(n):
+            if j < len(depths):
+                acc, tried = depths[j]
+                q = (acc + KIND_PRIOR_WEIGHT * q) / (tried + KIND_PRIOR_WEIGHT)
+            chance *= q
+            out.append(chance)
+        return out

@@ -67,6 +67,7 @@ class RequestChain:
         self.ema = {SPINE: 0.5, TABLE: 0.5}
         self.last_draft: list[int] = []
         self.last_source = ""
+        self.last_kind: tuple = ()  # the source and what it matched: the step budget's acceptance is kept per kind
         self.drafted = {SPINE: 0, TABLE: 0}
         self.accepted = {SPINE: 0, TABLE: 0}
         self.acceptance = {SPINE: ChainAcceptance(), TABLE: ChainAcceptance()}  # per-token, for the step budget
@@ -118,12 +119,14 @@ class RequestChain:
             if m.chain:
                 n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
                 draft, src = [int(t) for t in m.chain[:n]], SPINE
+                self.last_kind = (SPINE, m.ngram, m.consensus)
             else:
                 toks = self.matcher.tokens
                 prev = toks[-2] if len(toks) > 1 else -1
                 ema = self.ema[TABLE]
                 draft = self.table.chain(prev, toks[-1], table_length(ema, limit), table_floor(ema, self.min_path))
                 src = TABLE
+                self.last_kind = (TABLE,)
         if self.vocab_size is not None:
             draft = within_vocab(draft, self.vocab_size)
         self.last_draft, self.last_source = draft, (src if draft else "")

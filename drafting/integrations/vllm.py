@@ -26,8 +26,8 @@ import logging
 import os
 import time
 
-from drafting.integrations.batch_budget import (KNEE_PRIOR, ChainAcceptance, StepCost, keep_paying, threshold,
-                                                token_chances)
+from drafting.integrations.batch_budget import (KNEE_PRIOR, ChainAcceptance, DepthAcceptance, StepCost, keep_paying,
+                                                threshold, token_chances)
 from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
 
@@ -44,6 +44,9 @@ SETTINGS = {  # name: (default, type, help)
     "knee": ("auto", str, "tokens a step verifies for the price of its fixed part: auto = measured from the "
                           "step times, or a number"),
     "knee_prior": (KNEE_PRIOR, float, "the knee assumed until the step times can tell it (knee=auto)"),
+    "chance": ("kind", str, "kind = a draft token's chance is the acceptance at its depth of drafts of its kind over "
+                            "every request (lowered for a request whose drafts do worse); request = each request's own "
+                            "per-token acceptance, the same at every depth"),
     "jump": ("auto", str, "auto = steps that verify drafts get a fixed part of their own, measured, and a step "
                           "drafts only where its drafts pay for it; off = one line through all steps"),
 }
@@ -78,6 +81,8 @@ def parse_settings(text: str | None) -> dict:
         if not knee > 0:
             raise SettingsError(f"GooseProposer setting knee must be auto or a number above 0, not {out['knee']!r}.")
         out["knee"] = knee
+    if out["chance"] not in ("kind", "request"):
+        raise SettingsError(f"GooseProposer setting chance must be kind or request, not {out['chance']!r}.")
     if out["jump"] not in ("auto", "off"):
         raise SettingsError(f"GooseProposer setting jump must be auto or off, not {out['jump']!r}.")
     if not out["knee_prior"] > 0:
@@ -154,6 +159,7 @@ class GooseProposer:
                              jump=s["jump"] == "auto")
         # per-token acceptance of each source over every request of this proposer: a new request's prior
         self.source_acceptance = {s: ChainAcceptance(decay=SOURCE_DECAY) for s in (SPINE, TABLE)}
+        self.kind_acceptance = DepthAcceptance()
         self._clock = clock
         self._last_call: float | None = None
         self._last_verified = 0  # tokens the step after the previous call verifies: one per request + its drafts
@@ -201,10 +207,11 @@ class GooseProposer:
                 same_batch = False
                 state = RequestChain(_ints(row[:n]), self.table, **self._chain_args)
             else:
-                source, drafted = state.last_source, len(state.last_draft)
+                source, kind, drafted = state.last_source, state.last_kind, len(state.last_draft)
                 got = state.advance(_ints(row[n - new : n]))
                 if drafted:
                     self.source_acceptance[source].observe(got, drafted)
+                    self.kind_acceptance.observe(kind, got, drafted)
             claimed.add(id(state))
             rows[i] = state
             # the engine places this step's token at n - 1; drafts must leave room for its bonus token
@@ -212,7 +219,7 @@ class GooseProposer:
         self._rows = rows  # requests no row matched have finished or left the batch: their state goes
         if self._last_call is not None and same_batch:
             # the same requests, all decoding: the time since the last call is one step over what it verified
-            self.cost.add(self._last_verified, now - self._last_call, self._last_drafted)
+            self.cost.add(self._last_verified, now - self._last_call, self._last_drafted, len(decoding))
         drafts = self._draft(decoding)
         self._calls += 1
         if self.budget and self._calls % LOG_EVERY == 0:
@@ -238,7 +245,7 @@ class GooseProposer:
             alphas = {s: st.acceptance[s].alpha(base[s]) for s in (SPINE, TABLE)}
             draft = st.propose(limit) if limit > 0 and max(alphas.values()) > floor else st.keep(0)
             order.append(i)
-            chances.append(token_chances(alphas[st.last_source], len(draft)) if draft else [])
+            chances.append(self._chances(st, alphas, base, len(draft)) if draft else [])
             drafts[i] = draft
         used = set()
         for i, n in zip(order, keep_paying(chances, self.cost)):
@@ -253,6 +260,15 @@ class GooseProposer:
             if s not in used:
                 a.idle()
         return drafts
+
+    def _chances(self, st: RequestChain, alphas: dict, base: dict, n: int) -> list[float]:
+        """The chance of each of the last proposal's ``n`` tokens to be accepted with those before it."""
+        src = st.last_source
+        if self.settings["chance"] == "request":
+            return token_chances(alphas[src], n)
+        # the request's own acceptance against every request's: only a request doing worse lowers its chances
+        worse = min(1.0, alphas[src] / max(base[src], 1e-6))
+        return [c * worse for c in self.kind_acceptance.chances(st.last_kind, n, base[src])]
 
     @staticmethod
     def _find(previous: dict[int, RequestChain], claimed: set[int], i: int, row, known: int):

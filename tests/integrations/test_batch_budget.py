@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from drafting.integrations.batch_budget import (KNEE_PRIOR, KNEE_RANGE, ChainAcceptance, StepCost, allot,
+from drafting.integrations.batch_budget import (KNEE_PRIOR, KNEE_RANGE, ChainAcceptance, StepCost, keep_paying,
                                                 token_chances)
 from drafting.integrations.goose_chain import SPINE
 from drafting.integrations.token_adjacency import TokenAdjacency
@@ -22,7 +22,12 @@ def tokens_per_cost(chances: list[list[float]], keep: list[int], knee: float) ->
     return e / (knee + len(chances) + sum(keep))
 
 
-def test_allot_keeps_the_prefixes_that_maximise_tokens_per_cost():
+def allot(chances: list[list[float]], knee: float) -> list[int]:
+    """The step budget where every step costs knee + verified tokens (in units of t1)."""
+    return keep_paying(chances, StepCost(fixed=knee))
+
+
+def test_the_budget_keeps_the_prefixes_that_maximise_tokens_per_cost():
     rng = random.Random(5)
     for _ in range(200):
         knee = rng.choice([0.5, 2.0, 8.0, 32.0, 300.0])
@@ -226,12 +231,12 @@ def test_step_cost_measures_a_jump_between_steps_with_and_without_drafts():
     assert t0 == pytest.approx(0.118, abs=0.005) and jump == pytest.approx(0.065, abs=0.005)
     assert cost.knee > 200  # once a step drafts, more draft tokens are nearly free
     # one request: a drafting step (9 tokens) costs 1.56 plain steps, so it must yield more than that
-    assert not cost.drafting_pays(1.4, 9, 1)
-    assert cost.drafting_pays(1.8, 9, 1)
+    assert keep_paying([token_chances(0.05, 8)], cost) == [0]  # 1.05 tokens for 1.56 steps
+    assert keep_paying([token_chances(0.5, 8)], cost) == [8]  # 2.0 tokens: every token, the jump is paid once
     line = StepCost()
     for tokens in range(1, 100):
         line.add(tokens, 0.05 + 0.001 * tokens)  # only steps with drafts: no jump can be told, none assumed
-    assert line.fit()[1] == 0.0 and line.drafting_pays(1.01, 50, 1)
+    assert line.fit()[1] == 0.0 and keep_paying([[0.02]], line) == [1]
     off = StepCost(jump=False)
     for _ in range(100):
         drafted = rng.random() < 0.7
@@ -257,3 +262,28 @@ def test_proposer_speculates_only_where_drafts_pay_for_the_jump():
     # drafts that are all accepted keep their whole chain
     sure = run_batch("", requests=1, steps=30, step_seconds=jumping_step, text=repeating)  # the text's end: 31
     assert min(sure[-20:]) == 8
+
+
+def test_a_step_size_dearer_than_its_neighbours_is_measured_and_avoided():
+    # one request; verifying 2 tokens (one draft) is slower than 3 (a matrix kernel slow for two rows), the rest
+    # follow a line
+    def seconds(tokens: int) -> float:
+        return 0.062 if tokens == 2 else 0.049 + 0.001 * (tokens - 1)
+
+    cost, line = StepCost(), StepCost()
+    rng = random.Random(3)
+    for _ in range(300):
+        tokens = rng.randrange(1, 10)
+        cost.add(tokens, seconds(tokens), tokens > 1, requests=1)
+        line.add(tokens, seconds(tokens) if tokens != 2 else 0.050, tokens > 1, requests=1)
+    assert cost.cost(1, 2) == pytest.approx(0.062) and cost.cost(1, 2) > cost.cost(1, 3)
+    # one likely token: drafted where the line holds, not where one draft makes the step dearer than two
+    assert keep_paying([[0.2]], line) == [1]
+    assert keep_paying([[0.2]], cost) == [0]
+    # two: both, rather than the first alone
+    assert keep_paying([[0.6, 0.1]], cost) == [2]
+    # a size not run for a while is read off the line again, so it is measured again
+    for _ in range(300):
+        tokens = rng.randrange(3, 10)
+        cost.add(tokens, seconds(tokens), True, requests=1)
+    assert cost.cost(1, 2) == pytest.approx(0.050, abs=0.001)
