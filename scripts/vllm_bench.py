@@ -68,6 +68,9 @@ def run_one(method: str, spec: dict, log: Path) -> tuple[list[dict], dict]:
         spec_path.write_text(json.dumps({**spec, "method": method, "out": str(out)}))
         env = os.environ.copy()
         env.pop(SETTINGS_ENV, None)  # plain goose means the defaults
+        # vLLM's engine core in the run's own process: as a process of its own it busy-waits on a core the model's
+        # threads and the run's loop then share (docs/vllm.md, "Side-by-side benchmark")
+        env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if method.startswith("goose:"):
             env[SETTINGS_ENV] = method.split(":", 1)[1]  # vLLM's engine processes inherit it
         with open(log, "a", encoding="utf-8") as fh:
