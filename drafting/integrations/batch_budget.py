@@ -176,7 +176,6 @@ class StepCost:
         return min(max(knee, KNEE_RANGE[0]), KNEE_RANGE[1])
 
 
-
 def threshold(yielded: float, verified: float, knee: float) -> float:
     """The acceptance chance one more draft token must beat in a step that so far yields ``yielded`` tokens for
     ``verified`` verified ones, where cost grows along a line: E / (knee + T)."""
