@@ -4,27 +4,17 @@ needed for goose); the counts add up, the oracle keeps only accepted tokens, row
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
 from scripts.vllm_replay import ReplayError, StepModel, accepted_length, main, recorded_turns, replay
-
-
-def stream(seed: int, length: int) -> list[int]:
-    """Phrases repeated with variations, as code and lists are."""
-    rng = random.Random(seed)
-    phrases = [[rng.randrange(3, 300) for _ in range(rng.randrange(4, 9))] for _ in range(5)]
-    out: list[int] = []
-    while len(out) < length:
-        out += rng.choice(phrases) if rng.random() < 0.8 else [rng.randrange(3, 300)]
-    return out[:length]
+from tests.integrations.test_vllm_proposer import repetitive
 
 
 def run_file(tmp_path, prompts: int = 5):
     rows = []
     for i in range(prompts):
-        text = stream(i, 200)
+        text = repetitive(i, 200)
         turns = [[text[:60], text[60:120]], [text[:130], text[130:200]]] if i % 2 else [[text[:80], text[80:200]]]
         rows.append({"method": "none", "concurrency": 1, "id": f"p{i}", "turn_ids": turns})
     path = tmp_path / "run.json"
