@@ -75,7 +75,7 @@ class StepModel:
         xs = sorted(points)
         return float(np.interp(x, xs, [points[k] for k in xs]))
 
-    def ms(self, speculative: bool, requests: int, verified: int, drafted: bool) -> float:
+    def ms(self, speculative: bool, requests: int, verified: int) -> float:
         table = self.tables[speculative] or self.tables[False]
         if not table:
             return 1.0
@@ -283,7 +283,7 @@ def replay(method: str, conversations, concurrency: int, k: int, model: StepMode
         counts["steps"] += 1
         counts["drafting_steps"] += drafted
         if decoding:
-            step_ms = model.ms(method != "none", decoding, verified, drafted)
+            step_ms = model.ms(method != "none", decoding, verified)
             decode_ms += step_ms
             clock[0] += step_ms / 1e3
         start_s = time.perf_counter()

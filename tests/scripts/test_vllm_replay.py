@@ -49,10 +49,10 @@ def test_step_model_reads_the_probe_rows_and_interpolates():
             {"speculation": True, "batch": 4, "drafts": 0, "verified": 4, "median_ms": 60.0},
             {"speculation": True, "batch": 4, "drafts": 8, "verified": 36, "median_ms": 160.0}]
     m = StepModel(rows)
-    assert m.ms(False, 1, 1, False) == 50.0
-    assert m.ms(True, 1, 5, True) == pytest.approx(58.0)
-    assert m.ms(True, 2, 2, False) == pytest.approx(50.0 + (60.0 - 50.0) / 3)
-    assert StepModel().ms(True, 7, 30, True) == 1.0
+    assert m.ms(False, 1, 1) == 50.0
+    assert m.ms(True, 1, 5) == pytest.approx(58.0)
+    assert m.ms(True, 2, 2) == pytest.approx(50.0 + (60.0 - 50.0) / 3)
+    assert StepModel().ms(True, 7, 30) == 1.0
 
 
 def test_bad_input_is_one_sentence(tmp_path, capsys):
