@@ -17,6 +17,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,8 +117,9 @@ def main(argv=None) -> int:
         return 2
     # the engine core in this process, as vllm_bench runs it (a process of its own busy-waits on a shared core)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    drafts_file = Path(os.environ.setdefault(DRAFTS_FILE_ENV, f"/tmp/goose-step-cost-{os.getpid()}"))
-    rows = probe(args.model or embedded_model_folder(), batches, drafts, args.steps, drafts_file)
+    with tempfile.TemporaryDirectory(prefix="goose-step-cost-") as tmp:
+        drafts_file = Path(os.environ.setdefault(DRAFTS_FILE_ENV, str(Path(tmp) / "drafts")))
+        rows = probe(args.model or embedded_model_folder(), batches, drafts, args.steps, drafts_file)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1))
     return 0
