@@ -42,6 +42,22 @@ def test_replay_counts_add_up_and_goose_drafts(tmp_path):
         assert oracle["drafting_steps"] <= replay("goose:budget=off", convs, c, 8, StepModel())["drafting_steps"]
 
 
+@pytest.mark.parametrize("method, module", [("ngram:2-5", "vllm.v1.spec_decode.ngram_proposer"),
+                                            ("suffix", "arctic_inference")])
+def test_vllms_own_proposers_replay_with_the_same_accounting(tmp_path, method, module):
+    pytest.importorskip(module)  # .venv-vllm
+    convs = recorded_turns(json.loads(run_file(tmp_path).read_text()))
+    total = sum(len(o) for conv in convs for _, o in conv)
+    turns = sum(len(conv) for conv in convs)
+    r = replay(method, convs, 1, 8, StepModel())
+    assert r["new_tokens"] == total and 0 < r["accepted"] <= r["draft_tokens"]
+    assert total - r["accepted"] <= r["steps"] <= total - r["accepted"] + turns
+    oracle = replay(f"oracle:{method}", convs, 1, 8, StepModel())
+    assert oracle["accepted"] == oracle["draft_tokens"] == r["accepted"]  # the same drafts, the rejected cut off
+    best = replay(f"best:{method}|goose", convs, 1, 8, StepModel())
+    assert 0 < best["accepted"] == best["draft_tokens"]
+
+
 def test_step_model_reads_the_probe_rows_and_interpolates():
     rows = [{"speculation": False, "batch": 1, "drafts": 0, "verified": 1, "median_ms": 50.0},
             {"speculation": True, "batch": 1, "drafts": 0, "verified": 1, "median_ms": 50.0},
