@@ -29,8 +29,11 @@ import numpy as np
 
 from drafting.bench.identity import first_divergence
 from drafting.integrations.token_adjacency import TokenAdjacency
-from drafting.integrations.vllm import GooseProposer, SettingsError, parse_settings
+from drafting.integrations.vllm import GooseProposer
 from scripts.vllm_bench import parse_concurrency
+from scripts.vllm_runs import MethodError, method_config
+
+NGRAM_DEFAULT = 5  # vLLM's prompt_lookup_min and _max when `ngram` sets neither
 
 
 def accepted_length(draft: list[int], rest: list[int]) -> int:
@@ -129,7 +132,7 @@ class SuffixAdapter:
 class NgramAdapter:
     """vLLM's NgramProposer (lookup ``lo``..``hi``) behind the custom-class signature."""
 
-    def __init__(self, k: int, max_model_len: int, max_num_seqs: int, lo: int = 5, hi: int = 5):
+    def __init__(self, k: int, max_model_len: int, max_num_seqs: int, lo: int, hi: int):
         from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
         config = SimpleNamespace(
@@ -173,31 +176,27 @@ class BestOf:
 
 
 def make_proposer(method: str, k: int, max_model_len: int, max_num_seqs: int, clock):
+    """The proposer a bench method name stands for (names and their checks are vllm_bench's)."""
     if method.startswith("best:"):
         return BestOf([make_proposer(m, k, max_model_len, max_num_seqs, clock) for m in method[5:].split("|")])
     if method.startswith("oracle:"):
         return make_proposer(method.split(":", 1)[1], k, max_model_len, max_num_seqs, clock)
-    if method == "none":
-        return NoDrafts()
-    if method == "goose" or method.startswith("goose:"):
-        settings = method.split(":", 1)[1] if ":" in method else ""
-        try:
-            parse_settings(settings)
-        except SettingsError as exc:
-            raise ReplayError(str(exc)) from None
-        return GooseAdapter(settings, k, max_model_len, clock)
     try:
-        if method == "suffix":
+        config = method_config(method, k)
+    except MethodError as exc:
+        raise ReplayError(str(exc)) from None
+    if config is None:
+        return NoDrafts()
+    if config["method"] == "custom_class":
+        return GooseAdapter(method.partition(":")[2], k, max_model_len, clock)
+    try:
+        if config["method"] == "suffix":
             return SuffixAdapter(k, max_model_len)
-        if method == "ngram":
-            return NgramAdapter(k, max_model_len, max_num_seqs)
-        if method.startswith("ngram:"):
-            lo, _, hi = method.split(":", 1)[1].rpartition("-")
-            return NgramAdapter(k, max_model_len, max_num_seqs, int(lo or 2), int(hi))
+        return NgramAdapter(k, max_model_len, max_num_seqs, config.get("prompt_lookup_min", NGRAM_DEFAULT),
+                            config.get("prompt_lookup_max", NGRAM_DEFAULT))
     except ImportError as exc:
         raise ReplayError(f"{method} replays vLLM's own proposer, which is not importable here ({exc}); use "
                           ".venv-vllm/bin/python.") from None
-    raise ReplayError(f"Unknown method {method!r}; use goose, goose:SETTINGS, suffix, ngram or ngram:MIN-MAX.")
 
 
 def replay(method: str, conversations, concurrency: int, k: int, model: StepModel, max_model_len: int = 4096) -> dict:
@@ -251,8 +250,6 @@ def replay(method: str, conversations, concurrency: int, k: int, model: StepMode
                 break
             rows[hole], rows[last] = rows[last], None
             tokens[hole, : rows[hole].n] = tokens[last, : rows[hole].n]
-        for i, req in enumerate(rows):
-            num[i] = req.n
         if not rows:
             break
         # run the step: prefill new rows, verify the drafts of the others greedily
@@ -306,8 +303,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.vllm_replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="a vllm_bench --json file with none's rows (turn_ids)")
     ap.add_argument("--methods", default="goose,suffix,ngram",
-                    help="comma-separated: goose, goose:SETTINGS, suffix, ngram, ngram:MIN-MAX; oracle:METHOD keeps "
-                         "only the draft tokens that will be accepted (the most any gating of METHOD could reach), "
+                    help="comma-separated vllm_bench methods (none, ngram, ngram:MAX, ngram:MIN-MAX, suffix, goose, "
+                         "goose:SETTINGS); oracle:METHOD keeps only the draft tokens that will be accepted (the most any gating of METHOD could reach), "
                          "best:A|B the furthest accepted of several (the most a choice between them could reach)")
     ap.add_argument("--concurrency", default="1", help="comma-separated conversations in flight")
     ap.add_argument("--cost", help="scripts.vllm_step_cost --json rows: the step cost model")
