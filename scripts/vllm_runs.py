@@ -167,18 +167,26 @@ def serve(llm, prompts: list[dict], params, concurrency: int, max_new_tokens: in
     return done, time.perf_counter() - start
 
 
+def make_engine(model: str, speculative_config: dict | None, max_model_len: int, max_num_seqs: int, **kwargs):
+    """vLLM's offline engine as every measurement here builds it: float32 (greedy outputs exact), eager, seed 0,
+    MEMORY_SHARE of the memory; ``kwargs`` go to ``LLM``."""
+    from vllm import LLM
+
+    return LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
+               speculative_config=speculative_config, seed=0, gpu_memory_utilization=MEMORY_SHARE,
+               max_num_seqs=max_num_seqs, **kwargs)
+
+
 def run_method(spec: dict) -> list[dict]:
     """``spec``: method, model, k, max_new_tokens, max_model_len, concurrency, prompts [{id, turns}], out (JSON
     lines: one row per prompt, then one ``load`` row with the whole run's wall time and counters)."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
     concurrency = int(spec.get("concurrency", 1))
     config = method_config(spec["method"], int(spec["k"]))
-    llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, max_model_len=int(spec["max_model_len"]),
-              speculative_config=config, disable_log_stats=False, seed=0, gpu_memory_utilization=MEMORY_SHARE,
-              max_num_seqs=max(concurrency, 1))
+    llm = make_engine(spec["model"], config, int(spec["max_model_len"]), max(concurrency, 1), disable_log_stats=False)
     tokenizer = llm.get_tokenizer()
     eos = {int(t) for t in [getattr(tokenizer, "eos_token_id", None)] if t is not None}
     hello = encode(tokenizer, [{"role": "user", "content": "Hello"}])

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from drafting.api import embedded_model_folder
+from scripts.vllm_runs import make_engine
 
 DRAFTS_FILE_ENV = "GOOSE_STEP_COST_DRAFTS"  # the file the proposer reads n from (it runs in vLLM's engine process)
 SKIP_STEPS = 3  # the first steps of a batch: prefill and warm-up
-MEMORY_SHARE = 0.5  # as scripts/vllm_runs.py: the share of the machine's memory vLLM reserves on CPU
 
 
 class FixedDrafts:
@@ -70,8 +70,6 @@ def time_steps(llm, prompts: list[list[int]], steps: int) -> list[float]:
 
 
 def probe(model: str, batches: list[int], drafts: list[int], steps: int, drafts_file: Path) -> list[dict]:
-    from vllm import LLM
-
     from drafting.models.chat_template import encode
 
     rows = []
@@ -79,8 +77,7 @@ def probe(model: str, batches: list[int], drafts: list[int], steps: int, drafts_
         config = None if spec is None else {"method": "custom_class", "model": "scripts.vllm_step_cost.FixedDrafts",
                                                "num_speculative_tokens": max(drafts)}
         drafts_file.write_text("0")
-        llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=2048, speculative_config=config,
-                  seed=0, gpu_memory_utilization=MEMORY_SHARE, max_num_seqs=max(batches))
+        llm = make_engine(model, config, 2048, max(batches))
         tokenizer = llm.get_tokenizer()
         prompts = [encode(tokenizer, [{"role": "user", "content": f"Count from {j} to {j + 50}, one per line."}])
                    for j in range(max(batches))]
