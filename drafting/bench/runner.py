@@ -69,3 +69,7 @@ def run_bench(lm: LoadedModel, contenders: list[Contender], prompts: list[Prompt
                 yield run
     finally:
         timer.close()
+        for c in contenders:  # a baseline that started a server of its own stops it
+            close = getattr(c.baseline, "close", None)
+            if close is not None:
+                close()
