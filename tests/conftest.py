@@ -142,6 +142,24 @@ def small_gguf(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def llama_lm():
+    """The embedded SmolLM2-135M (Q4_1) on the llama.cpp engine (skipped without llama-cpp-python)."""
+    pytest.importorskip("llama_cpp")
+    from drafting.models.loader import load_model
+
+    return load_model(engine="llama.cpp")
+
+
+@pytest.fixture(scope="session")
+def small_llama(small_gguf):
+    """``small_gguf`` on the llama.cpp engine: batched and one-token passes round alike on its F16 weights."""
+    pytest.importorskip("llama_cpp")
+    from drafting.models.loader import load_model
+
+    return load_model(str(small_gguf), engine="llama.cpp")
+
+
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
