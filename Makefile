@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test test-heavy bench clean vllm-setup qwen-setup
+.PHONY: setup run test test-heavy test-llamacpp bench clean vllm-setup qwen-setup llamacpp-setup llama-server
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,42 @@ test: $(STAMP)
 
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -m heavy
+
+# The llama.cpp engine (--engine llama.cpp): llama-cpp-python built from source for this machine's CPU (about
+# 6-12 minutes on 2 cores). Native instructions, so it runs where it was built (AVX2, AVX-512 or Apple Silicon);
+# on x86 the AMX kernels are left out, since they crashed on an AMX machine (docs/llama-cpp.md).
+LLAMA_CPP_PYTHON ?= llama-cpp-python==0.3.36
+NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16,)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
+LLAMA_STAMP := $(VENV)/.llamacpp
+
+$(LLAMA_STAMP): $(STAMP)
+	CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(BIN)/pip install -q --no-binary llama-cpp-python "$(LLAMA_CPP_PYTHON)"
+	$(BIN)/python -c "import llama_cpp; print('llama.cpp:', llama_cpp.llama_print_system_info().decode().strip())"
+	touch $(LLAMA_STAMP)
+
+llamacpp-setup: $(LLAMA_STAMP)
+
+# The llama.cpp engine's own tests (skipped by `make test` where it is not installed).
+test-llamacpp: $(LLAMA_STAMP)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests/engine/llama tests/test_layers.py
+
+# llama.cpp's own server, built from the same llama-cpp-python source, for the opt-in `llama.cpp-ngram` bench row
+# (its --spec-type ngram-mod speculation): into .llama-server/bin.
+LLAMA_SERVER := .llama-server/bin/llama-server
+$(LLAMA_SERVER):
+	rm -rf .llama-server/src && mkdir -p .llama-server/src
+	$(BIN)/pip download -q --no-deps --no-binary :all: -d .llama-server/src "$(LLAMA_CPP_PYTHON)"
+	tar -xzf .llama-server/src/*.tar.gz -C .llama-server/src
+	cmake -S .llama-server/src/*/vendor/llama.cpp -B .llama-server/build -DCMAKE_BUILD_TYPE=Release \
+	  -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
+	  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF \
+	  -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
+	cmake --build .llama-server/build --target llama-server -j 2
+	mkdir -p .llama-server/bin && cp .llama-server/build/bin/llama-server $(LLAMA_SERVER)
+
+llama-server: $(STAMP) $(LLAMA_SERVER)
 
 # Qwen2.5-Coder-1.5B-Instruct (--model qwen2.5-coder-1.5b): 1.1 GB of chunk packages, opt-in.
 qwen-setup: $(STAMP)
@@ -65,4 +101,4 @@ $(VLLM_STAMP): pyproject.toml
 vllm-setup: $(VLLM_STAMP)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .llama-server .pytest_cache

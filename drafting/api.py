@@ -2,7 +2,7 @@
 accepted. Both take a prompt string or a list of chat messages and any model ``goose --model`` takes, or a
 transformers model object the caller already has (left as it was found, see drafting.models.borrowed).
 
-Models goose loads are kept for the life of the process, one per (model, device, dtype, weights), together
+Models goose loads are kept for the life of the process, one per (model, device, dtype, weights, engine), together
 with one decoder per speculator spec, so a loop of calls loads once and the speculators' learned tables stay
 warm from call to call. A call with a ``seed`` runs a fresh speculator, so the same seed gives the same text,
 and so does a call made while the kept decoder is still serving an open stream: no two generations share a
@@ -21,7 +21,7 @@ from drafting.engine.trace import StepRecord, source_counts
 from drafting.speculators import DEFAULT_SPECULATOR
 
 
-_MODELS: dict = {}  # (model, device, dtype, weights) -> LoadedModel
+_MODELS: dict = {}  # (model, device, dtype, weights, engine) -> LoadedModel
 _DECODERS: dict = {}  # (model key, speculator spec) -> Decoder
 _CLAIMS: dict = {}  # (model key, speculator spec) -> weak reference to the state of the stream using that decoder
 # held while the tables above (and the two below) change, never while a model runs; re-entrant, since the garbage
@@ -71,12 +71,14 @@ def forget_models() -> None:
 
 def generate(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPECULATOR, max_new_tokens: int = 128,
              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop=None,
-             chat: bool = True, device: str = "auto", dtype: str = "auto", weights: str = "auto") -> Generation:
+             chat: bool = True, device: str = "auto", dtype: str = "auto", weights: str = "auto",
+             engine: str = "transformers") -> Generation:
     """Generate an answer to ``prompt`` through ``speculator``; greedy at temperature 0 (token-identical to
-    plain decoding), else sampled from exactly the warped target distribution. See docs/python.md."""
+    plain decoding; on ``engine="llama.cpp"`` up to near-ties), else sampled from exactly the warped target
+    distribution. See docs/python.md."""
     s = stream(prompt, model=model, tokenizer=tokenizer, speculator=speculator, max_new_tokens=max_new_tokens,
                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, device=device,
-               dtype=dtype, weights=weights)
+               dtype=dtype, weights=weights, engine=engine)
     for _ in s:
         pass
     return s.generation
@@ -84,11 +86,12 @@ def generate(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SP
 
 def stream(prompt, *, model=None, tokenizer=None, speculator: str = DEFAULT_SPECULATOR, max_new_tokens: int = 128,
            temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop=None,
-           chat: bool = True, device: str = "auto", dtype: str = "auto", weights: str = "auto") -> "Stream":
+           chat: bool = True, device: str = "auto", dtype: str = "auto", weights: str = "auto",
+           engine: str = "transformers") -> "Stream":
     """Like ``generate``, but returns a ``Stream``: iterate it for ``Piece(text, record)`` as each step is
     accepted; its ``generation`` is the whole answer once the iteration ends."""
     stops = _check_options(max_new_tokens, temperature, top_k, top_p, seed, stop)
-    lm, key = _model(model, tokenizer, device, dtype, weights)
+    lm, key = _model(model, tokenizer, device, dtype, weights, engine)
     prompt_ids = _encode(lm.tokenizer, prompt, chat)
     state = _StreamState()
     # a tree speculator may time the model's forward passes as it will run: on the model's lock, borrowed
@@ -230,7 +233,7 @@ def _check_options(max_new_tokens, temperature, top_k, top_p, seed, stop) -> lis
     return stops
 
 
-def _model(model, tokenizer, device: str, dtype: str, weights: str):
+def _model(model, tokenizer, device: str, dtype: str, weights: str, engine: str):
     from drafting.models.borrowed import is_model_object, wrap_model
 
     if is_model_object(model):
@@ -238,6 +241,8 @@ def _model(model, tokenizer, device: str, dtype: str, weights: str):
             raise ValueError("A model object needs its tokenizer too: pass tokenizer=... with it.")
         if (device, dtype, weights) != ("auto", "auto", "auto"):
             raise ValueError("device, dtype and weights apply to models goose loads; a model object is used as it is.")
+        if engine != "transformers":
+            raise ValueError(f"A transformers model object runs on the transformers engine, not {engine!r}.")
         lm = wrap_model(model, tokenizer)
         lm.borrowed = True  # attention is switched only while a stream runs
         return lm, None
@@ -245,12 +250,12 @@ def _model(model, tokenizer, device: str, dtype: str, weights: str):
         raise ValueError(f"model must be None, a name, a path or a transformers model object, not {type(model).__name__}.")
     if tokenizer is not None:
         raise ValueError("tokenizer= goes with a model object; a model goose loads brings its own tokenizer.")
-    key = (model, device, dtype, weights)
+    key = (model, device, dtype, weights, engine)
     with _TABLES:  # two threads asking for one model load it once
         if key not in _MODELS:
             from drafting.models.loader import load_model
 
-            _MODELS[key] = load_model(model, device=device, dtype=dtype, weights=weights)
+            _MODELS[key] = load_model(model, device=device, dtype=dtype, weights=weights, engine=engine)
         return _MODELS[key], key
 
 

@@ -28,3 +28,7 @@ def first_line(exc: BaseException) -> str:
     it says nothing: what a one-sentence error can quote."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class EngineError(RuntimeError):
+    """An engine failed to run a pass (llama.cpp refused a batch, ran out of KV cells); one sentence."""

@@ -10,7 +10,7 @@ import typer
 
 from goosecli.app import app
 from goosecli.options import (
-    SPECULATORS, Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, RegistryHelp, Temperature, TopK, TopP,
+    Engine, SPECULATORS, Device, DeviceMap, Dtype, MaxNewTokens, Model, Raw, Seed, RegistryHelp, Temperature, TopK, TopP,
     Weights, fail, load_or_fail, sampling_or_fail,
 )
 
@@ -38,6 +38,7 @@ def bench(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the --json file of an interrupted run, skipping finished runs.")] = False,
     model: Model = None,
     device: Device = "auto",
+    engine: Engine = "transformers",
     dtype: Dtype = "auto",
     weights: Weights = "auto",
     tie_margin: Annotated[
@@ -93,7 +94,7 @@ def bench(
     except BenchError as exc:
         fail(str(exc))
     try:
-        lm = load_or_fail(model, device, dtype, device_map, weights)
+        lm = load_or_fail(model, device, dtype, device_map, weights, engine)
         contenders = build_contenders(speculators, lm, params)
     except KeyboardInterrupt:
         print("goose: interrupted before any run started.", file=sys.stderr)
@@ -102,6 +103,8 @@ def bench(
         fail(str(exc))
     meta = {
         "model": lm.name,
+        "engine": lm.engine,
+        "mode": lm.mode,
         "device": lm.device.type,
         "dtype": str(lm.dtype).replace("torch.", ""),
         "weights": lm.weights,

@@ -11,6 +11,7 @@ import typer
 from goosecli.app import app
 from goosecli.options import (
     SPECULATORS,
+    Engine,
     Device,
     DeviceMap,
     Dtype,
@@ -34,6 +35,7 @@ def chat(
     speculator: Annotated[Optional[str], typer.Option("--speculator", "-s", help="Speculator spec, e.g. goose or pld:draft=8 (default goose; F2 switches in the app). One of " + SPECULATORS + "; their options are listed below.", show_default=False)] = None,
     model: Model = None,
     device: Device = "auto",
+    engine: Engine = "transformers",
     dtype: Dtype = "auto",
     weights: Weights = "auto",
     device_map: DeviceMap = None,
@@ -62,7 +64,7 @@ def chat(
     speculator = speculator or DEFAULT_SPECULATOR
     if trace is not None and trace.is_dir():
         fail(f"--trace {str(trace)!r} is a folder; give a file name for the trace.")
-    lm = load_or_fail(model, device, dtype, device_map, weights)
+    lm = load_or_fail(model, device, dtype, device_map, weights, engine)
 
     from drafting.chat.session import ChatSession
 
@@ -96,9 +98,9 @@ def run_plain(session, interactive: bool) -> None:
     out, err = Console(highlight=False), Console(stderr=True, highlight=False)
     with err.status("measuring plain decoding (ar) for the speedup figure…"):
         session.measure_baseline()
+    keys = " · /new starts over, Ctrl+D quits" if interactive else ""
+    err.print(f"goose chat · {session.lm.name} ({session.lm.engine_mode}) · {session.speculator}{keys}", style="grey50")
     if interactive:
-        err.print(f"goose chat · {session.lm.name} ({session.lm.mode}) · {session.speculator} · /new starts over, Ctrl+D quits",
-                  style="grey50")
         while True:
             try:
                 text = input("you › ").strip()

@@ -10,13 +10,14 @@ from typing import Annotated, Optional
 import typer
 
 from goosecli.app import app
-from goosecli.options import Device, Model, fail
+from goosecli.options import Device, Engine, Model, fail
 
 
 @app.command()
 def doctor(
     model: Model = None,
     device: Device = "auto",
+    engine: Engine = "transformers",
     modes: Annotated[
         Optional[str],
         typer.Option("--modes", help="Comma-separated modes to measure, DTYPE[+WEIGHTS], e.g. 'float32,bfloat16,bfloat16+int8'; default: every mode this device offers."),
@@ -44,9 +45,20 @@ def doctor(
     from drafting.weights.probe import write_cached
     from drafting.machine.doctor import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, format_choices
 
+    from functools import partial
+
+    from drafting.machine.doctor import Mode
+    from drafting.engine.forward import ENGINES, TRANSFORMERS
+    from drafting.models.loader import load_model
+
+    if engine not in ENGINES:
+        fail(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
+    other_engine = engine != TRANSFORMERS
     try:
-        dev = resolve_device(device)
-        mode_list = parse_modes(modes, dev)
+        dev = resolve_device("cpu" if other_engine and device == "auto" else device)
+        if other_engine and modes:
+            fail(f"--modes are the transformers engine's dtypes and weight formats; {engine} runs the GGUF's own weights.")
+        mode_list = [Mode("auto", "auto", engine)] if other_engine else parse_modes(modes, dev)
     except ModelError as exc:
         fail(str(exc))
     if json_out is not None and json_out.is_dir():
@@ -64,14 +76,14 @@ def doctor(
     with err.status("goose doctor: calibrating") as status:
         profiles, busy = profile_modes(
             model, device, mode_list, sizes=sizes, prefix=prefix, repeats=repeats, stop_when_busy=not even_if_busy,
-            on_mode=lambda m: status.update(f"goose doctor: measuring {m.label}"),
+            on_mode=lambda m: status.update(f"goose doctor: measuring {m.label}"), loader=partial(load_model, engine=engine),
         )
     if all(p.error for p in profiles):
         fail(profiles[0].error)  # the model does not load at all (bad path, missing file): one sentence
     if busy and not even_if_busy:
         fail(f"The machine is busy ({busy}), so its timings would be far from this machine's speed; run goose "
              f"doctor again when it is idle, or pass --even-if-busy.", code=3)
-    title = f"forward time by mode on {dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})"
+    title = f"forward time by mode on {engine if other_engine else dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})"
     table = Table(title=title + (" — MACHINE BUSY, figures not trustworthy" if busy else ""))
     table.add_column("mode")
     for col in ("tokens/s (1 row)", "prefill tok/s", *(str(n) for n in sizes), f"{sizes[-1]} / 1"):
@@ -89,6 +101,13 @@ def doctor(
         )
     out.print(table)
     best = fastest(profiles)
+    if other_engine:
+        if best is not None:
+            out.print(f"one-token step on {best.mode}: {1000 * best.step_s:.1f} ms; a {sizes[-1]}-row pass costs "
+                      f"{best.seconds[-1] / best.seconds[0]:.1f}x one (what its tree budgets read).")
+        _write_json(json_out, {"engine": engine, "threads": threads, "prefix": prefix, "repeats": repeats,
+                               "sizes": sizes, "busy": busy, "modes": [p.to_dict() for p in profiles]}, err)
+        return
     auto_dt, why = auto_choice(device)
     if best is not None:
         out.print(f"fastest one-token step here: {best.mode} ({1000 * best.step_s:.1f} ms); "
@@ -99,25 +118,29 @@ def doctor(
         if fp is not None and not busy:
             write_cached(fp, choice)  # later runs with --weights auto use exactly this table's choice
         out.print(choice.describe())
-    if json_out is not None:
-        doc = {
-            "device": dev.type,
-            "threads": threads,
-            "prefix": prefix,
-            "repeats": repeats,
-            "sizes": sizes,
-            "busy": busy,
-            "auto": {"dtype": auto_dt, "reason": why},
-            "weights_auto": [c.to_dict() for _, c in choices],
-            "fastest": best.mode if best else None,
-            "modes": [p.to_dict() for p in profiles],
-        }
-        try:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
-        except OSError as exc:
-            fail(f"Cannot write {str(json_out)!r}: {exc.strerror or exc}.")
-        err.print(f"[dim]raw numbers: {json_out}[/dim]")
+    _write_json(json_out, {
+        "device": dev.type,
+        "threads": threads,
+        "prefix": prefix,
+        "repeats": repeats,
+        "sizes": sizes,
+        "busy": busy,
+        "auto": {"dtype": auto_dt, "reason": why},
+        "weights_auto": [c.to_dict() for _, c in choices],
+        "fastest": best.mode if best else None,
+        "modes": [p.to_dict() for p in profiles],
+    }, err)
+
+
+def _write_json(json_out: Path | None, doc: dict, err) -> None:
+    if json_out is None:
+        return
+    try:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    except OSError as exc:
+        fail(f"Cannot write {str(json_out)!r}: {exc.strerror or exc}.")
+    err.print(f"[dim]raw numbers: {json_out}[/dim]")
 
 
 def _flags(p) -> str:

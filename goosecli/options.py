@@ -15,6 +15,10 @@ Model = Annotated[
     typer.Option("--model", "-m", help="Model: omitted = embedded SmolLM2-135M-Instruct; gemma3-270m or qwen2.5-coder-1.5b (their packages installed); a .gguf file, a local folder or a hub id."),
 ]
 Device = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu or cuda.")]
+Engine = Annotated[
+    str,
+    typer.Option("--engine", "-e", envvar="GOOSE_ENGINE", help="What runs the model: transformers (torch; float32 outputs exactly plain decoding's) or llama.cpp (the GGUF's own weights and kernels, needs `make llamacpp-setup`; outputs identical up to near-ties)."),
+]
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16.")]
 Weights = Annotated[
     str,
@@ -39,12 +43,13 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None, weights: str = "auto"):
+def load_or_fail(model: str | None, device: str, dtype: str, device_map: str | None, weights: str = "auto",
+                 engine: str = "transformers"):
     from drafting.errors import ModelError
     from drafting.models.loader import load_model
 
     try:
-        return load_model(model, device=device, dtype=dtype, device_map=device_map, weights=weights)
+        return load_model(model, device=device, dtype=dtype, device_map=device_map, weights=weights, engine=engine)
     except ModelError as exc:
         fail(str(exc))
 

@@ -12,6 +12,7 @@ import typer
 from goosecli.app import app
 from goosecli.options import (
     ROW_SPECULATORS,
+    Engine,
     TREE_SPECULATORS,
     Device,
     DeviceMap,
@@ -42,6 +43,7 @@ def viz(
     save: Annotated[Optional[Path], typer.Option("--save", help="With --prompt: folder to keep the recorded traces in (default: a temporary folder).")] = None,
     model: Model = None,
     device: Device = "auto",
+    engine: Engine = "transformers",
     dtype: Dtype = "auto",
     weights: Weights = "auto",
     device_map: DeviceMap = None,
@@ -62,7 +64,8 @@ def viz(
     params = sampling_or_fail(temperature, top_k, top_p, seed)
     paths = list(traces or [])
     if prompt is not None:
-        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params, weights)
+        paths = record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params, weights,
+                       engine)
     elif len(paths) == 1:
         paths += partner(paths[0])
 
@@ -105,7 +108,8 @@ def _header(path: Path) -> dict | None:
         return None
 
 
-def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params=None, weights="auto") -> list[Path]:
+def record(prompt, speculators, save, model, device, dtype, device_map, raw, max_new_tokens, params=None, weights="auto",
+           engine="transformers") -> list[Path]:
     """Decode the prompt once per speculator, recording each step with the target's top-5, into trace files."""
     from dataclasses import asdict
 
@@ -123,7 +127,7 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
     if not specs:
         fail("--speculators needs at least one speculator name.")
     made = [speculator_or_fail(s) for s in specs]
-    lm = load_or_fail(model, device, dtype, device_map, weights)
+    lm = load_or_fail(model, device, dtype, device_map, weights, engine)
     folder = save or Path(tempfile.mkdtemp(prefix="goose-viz-"))
     ids = encode(lm.tokenizer, [{"role": "user", "content": prompt}], raw=raw)
     console = Console(stderr=True)
@@ -133,7 +137,7 @@ def record(prompt, speculators, save, model, device, dtype, device_map, raw, max
         path = folder / f"prompt__{name.replace(':', '_').replace(',', '_')}.jsonl"
         params = params or SamplingParams()
         header = {"speculator": name, "model": lm.name, "prompt_id": "prompt", "prompt": prompt, "command": "viz",
-                  "mode": lm.mode, "sampling": asdict(params)}
+                  "engine": lm.engine, "mode": lm.engine_mode, "sampling": asdict(params)}
         try:
             decoder = Decoder(lm, spec, acceptor=make_acceptor(params), record_top=5, hooks=machine_hooks())
             with console.status(f"recording {name} …"), TraceWriter(path, header, tokenizer=lm.tokenizer) as tw:

@@ -13,10 +13,10 @@ from drafting.machine.cost_curve import measure
 from drafting.engine.decode import Decoder
 from drafting.engine.hooks import RecordMargins
 from drafting.machine.step_hooks import machine_hooks
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.hf.kv_cache import new_cache
 from drafting.speculators import create
 from drafting.engine.tree import Draft, DraftTree
-from drafting.engine.forward import Forward
+from drafting.engine.hf.forward import HFForward
 
 FP32_ATOL = 1e-3  # tree vs sequential logits in float32 (kernels differ between row counts, the maths does not)
 
@@ -38,7 +38,7 @@ def _sequential_last(lm, ids: list[int]) -> torch.Tensor:
 def tree_logits(lm, seeds: int, max_nodes: int) -> dict:
     """Every node of random trees scored in one pass against a fresh sequential pass over its path."""
     exact = lm.dtype == torch.float32
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     vocab = lm.vocab_size
     worst, nodes, flips, untied_flips, decisive = 0.0, 0, 0, 0, 0
     for seed in range(seeds):
@@ -115,7 +115,7 @@ def greedy_identity(lm, specs: list[str], prompts: list[list[int]], new_tokens: 
 
 def doctor(lm, sizes: tuple[int, ...], prefix: int, repeats: int = 3) -> dict:
     """`goose doctor`'s measurements on ``lm``: prefill speed and the verification cost curve."""
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     ids = [100 + (i * 7919) % max(1, min(lm.vocab_size, 32000) - 100) for i in range(prefix)]
     best = float("inf")
     for _ in range(2):  # the first run warms up
@@ -145,7 +145,7 @@ def timer_overhead(lm, calls: int = 50) -> tuple[float, float]:
     the best of two back-to-back loops that wait for the device only at their end."""
     from drafting.bench.timing import ForwardTimer
 
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     cache = new_cache(lm.model.config)
     fwd.prefill(list(range(3, 67)), cache)
     draft = Draft(tree=DraftTree(5))

@@ -43,8 +43,9 @@ def random_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int
     (an 8B model is never materialised on the host)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from drafting.engine.attention import use_grouped_attention
+    from drafting.engine.hf.attention import use_grouped_attention
     from drafting.engine.loaded_model import LoadedModel
+    from drafting.engine.hf import transformers_forward
     from drafting.machine.verify_cost import with_verify_cost
 
     cfg = dict(SHAPES[shape])
@@ -55,7 +56,7 @@ def random_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int
         model = LlamaForCausalLM._from_config(config, dtype=dtype, attn_implementation="sdpa")
     model.eval()
     use_grouped_attention(model)  # what load_model does, so the check runs the attention path users get
-    return with_verify_cost(LoadedModel(model=model, tokenizer=tokenizer, name=name or f"random {shape} ({str(dtype)[6:]})",
+    return with_verify_cost(LoadedModel(make_forward=transformers_forward, model=model, tokenizer=tokenizer, name=name or f"random {shape} ({str(dtype)[6:]})",
                        device=device, dtype=dtype, eos_ids={eos}, max_context=config.max_position_embeddings))
 
 

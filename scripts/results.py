@@ -4,7 +4,8 @@
 
 The block is the text between `<!-- results:NAME -->` and `<!-- /results:NAME -->`; everything in it is
 replaced, so a table in the README is never typed by hand. Speedups are quoted against the fastest plain
-decoding of the same run: the faster of goose's `ar` and transformers' own `generate()` (`hf-ar`).
+decoding of the same run: the fastest of goose's `ar`, transformers' own `generate()` (`hf-ar`) and llama.cpp's own
+generation (`llama.cpp`), whichever the run has.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-PLAIN = ("ar", "hf-ar")
+PLAIN = ("ar", "hf-ar", "llama.cpp")  # plain decoding: goose's, transformers' own, llama.cpp's own
 
 
 def _ratio(a: float, b: float) -> str:
@@ -26,7 +27,7 @@ def table(doc: dict) -> str:
     summary = doc["summary"]
     plain = {name: summary[name]["tokens_per_s"] for name in PLAIN if name in summary}
     if not plain:
-        raise SystemExit("results.py: the run has neither `ar` nor `hf-ar`, so there is no plain decoding to compare with.")
+        raise SystemExit("results.py: the run has none of `ar`, `hf-ar` and `llama.cpp`, so there is no plain decoding to compare with.")
     fastest_name = max(plain, key=plain.get)
     fastest = plain[fastest_name]
     tasks = list(dict.fromkeys(t for s in summary.values() for t in s.get("by_task", {})))
@@ -93,6 +94,8 @@ def vllm_table(doc: dict) -> str:
 
 def caption(doc: dict, command: str) -> str:
     mode = doc.get("dtype", "?") + ("" if doc.get("weights") in (None, "float") else f"+{doc['weights']}")
+    if doc.get("engine", "transformers") != "transformers":
+        mode = doc.get("mode", doc["engine"])  # llama.cpp and the GGUF's weight type
     prompts = len({r["prompt_id"] for r in doc["runs"]})
     return (f"`{doc.get('model')}`, {doc.get('device')} {mode}, greedy, {doc.get('max_new_tokens')} new tokens per turn, "
             f"{prompts} prompts of `{doc.get('prompt_file')}`; task columns: speedup vs the fastest plain decoding "

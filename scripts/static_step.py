@@ -1,4 +1,4 @@
-"""Step 4 of the GPU check: the static-shapes option (drafting.engine.static_shapes) decodes exactly what the dynamic
+"""Step 4 of the GPU check: the static-shapes option (drafting.engine.hf.static_shapes) decodes exactly what the dynamic
 path decodes, and what it costs per step; on CUDA with the compiled (CUDA-graph) step."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from drafting.engine.decode import Decoder
 from drafting.machine.step_hooks import machine_hooks
 from drafting.speculators import create
-from drafting.engine.static_shapes import StaticShapes
+from drafting.engine.hf.static_shapes import StaticShapes
 
 
 def static_identity(lm, specs: list[str], prompts: list[list[int]], new_tokens: int, compile: bool) -> dict:

@@ -19,10 +19,11 @@ import time
 
 import torch
 
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.hf.kv_cache import new_cache
 from drafting.models.loader import load_model
-from drafting.engine.tree import Draft, DraftTree, step_inputs
-from drafting.engine.forward import Forward, keep_accepted
+from drafting.engine.tree import Draft, DraftTree
+from drafting.engine.hf.step_inputs import step_inputs
+from drafting.engine.hf.forward import HFForward, keep_accepted
 
 
 def tree_of(rows: int, root: int, rng: random.Random) -> DraftTree:
@@ -44,7 +45,7 @@ def main() -> None:
     ap.add_argument("--against", default=None, help="a --json file of another checkout to print ratios against")
     args = ap.parse_args()
     lm = load_model(args.model, device="cpu", dtype="float32")
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     layout = getattr(fwd, "layout", None)
     rng = random.Random(0)
     out = {}

@@ -16,13 +16,18 @@ PACKAGES = ("drafting", "goosecli", "tui")
 LAYERS = {
     "drafting.errors": 0, "drafting.disk_cache": 0,
     "drafting.engine": 1,
-    "drafting.sources": 2, "drafting.budget": 2,
-    "drafting.speculators": 3,
-    "drafting.machine": 4, "drafting.weights": 4, "drafting.models": 4,
-    "drafting.baselines": 5,
-    "drafting.api": 6, "drafting.chat": 6, "drafting.bench": 6, "drafting.integrations": 6, "drafting": 6,
-    "goosecli": 7, "tui": 7,
+    "drafting.engine.hf": 2, "drafting.engine.llama": 2,
+    "drafting.sources": 3, "drafting.budget": 3,
+    "drafting.speculators": 4,
+    "drafting.machine": 5, "drafting.weights": 5, "drafting.models": 5,
+    "drafting.baselines": 6,
+    "drafting.api": 7, "drafting.chat": 7, "drafting.bench": 7, "drafting.integrations": 7, "drafting": 7,
+    "goosecli": 8, "tui": 8,
 }
+# the engines sit beside each other, and what drafts (sources, budgets, speculators) reaches neither: a speculator
+# runs unchanged on every engine
+ENGINES = ("drafting.engine.hf", "drafting.engine.llama")
+ENGINE_BLIND = ("drafting.engine", "drafting.sources", "drafting.budget", "drafting.speculators")
 LATE_IMPORTS_ALLOWED = ("goosecli", "tui", "drafting.api", "drafting")
 
 
@@ -130,3 +135,32 @@ def test_goose_modules_are_imported_at_the_top_below_the_faces(graph):
 
 def test_drafting_holds_few_modules_at_its_top():
     assert len(list((ROOT / "drafting").glob("*.py"))) <= 10
+
+
+def _in(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_loop_and_what_drafts_know_no_engine(graph):
+    """The decode loop, trees, acceptance, sampling and every speculator, source and budget import neither engine's
+    folder, nor transformers or llama.cpp themselves: they run unchanged on both engines."""
+    mods, edges = graph
+    blind = [name for name in mods if _in(name, ENGINE_BLIND) and not _in(name, ENGINES)]
+    assert "drafting.engine.decode" in blind and "drafting.speculators.goose" in blind
+    found = [f"{mods[name].relative_to(ROOT)}:{line} imports {target}"
+             for name in blind for target, _, line in edges[name] if _in(target, ENGINES)]
+    for name in blind:
+        for node in ast.walk(ast.parse(mods[name].read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found += [f"{mods[name].relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in ("transformers", "llama_cpp")]
+    assert not found, "engine-specific imports in the engine-neutral core:\n" + "\n".join(found)
+
+
+def test_the_engines_do_not_import_each_other(graph):
+    mods, edges = graph
+    crossed = [f"{mods[name].relative_to(ROOT)}:{line} imports {target}"
+               for name, targets in edges.items() for target, _, line in targets
+               for a, b in (ENGINES, ENGINES[::-1]) if _in(name, [a]) and _in(target, [b])]
+    assert not crossed, "\n".join(crossed)

@@ -139,7 +139,8 @@ class ChatApp(App):
         s = self.session
         busy = " · answering (Esc stops)" if self.generating else ""
         self.query_one("#head", Static).update(
-            Text.assemble(("goose chat", "bold"), f" · {s.lm.name} · speculator ", (s.speculator, "bold cyan"),
+            Text.assemble(("goose chat", "bold"), f" · {s.lm.name} · {s.lm.engine_mode} · speculator ",
+                          (s.speculator, "bold cyan"),
                           f" (F2) · turn {s.turns}{busy}")
         )
         tree = self.query_one("#tree", TreePane)

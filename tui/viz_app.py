@@ -140,10 +140,11 @@ class VizApp(App):
         sections = len(self.driver.trace.sections)
         where = f"turn {section + 1}/{sections} · " if sections > 1 else ""
         playing = "▶ playing" if self._timer else "❚❚ paused"
+        mode = self.driver.trace.header.get("mode")  # what ran it: the engine and its weights (older traces: none)
         self.query_one("#head", Static).update(
             Text.assemble(
                 ("goose viz ", "bold"),
-                f"· {self.driver.label} · {where}step {self.index + 1}/{len(self.steps)} · output position "
+                f"· {self.driver.label} · " + (f"{mode} · " if mode else "") + f"{where}step {self.index + 1}/{len(self.steps)} · output position "
                 f"{record.position} · ",
                 (playing, "grey50"),
             )

@@ -69,7 +69,9 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
             steps += len(calls)
             verify += sum(calls[1:])
             draft += max(0.0, result.wall_s - sum(calls))
-    forward_s = sum(forwards)
+    forward_s, passes = sum(forwards), len(forwards)
+    if contender.decoder and not forwards:  # an engine with no torch module to hook: its passes are the prefill and steps
+        forward_s, passes = prefill + verify, steps + len(turn_results)
     stats_after = contender.stats()
     if contender.external:
         steps = int(stats_after.get("decode_calls", 0) - stats_before.get("decode_calls", 0)) - len(turn_results)
@@ -87,7 +89,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         "identical_to_ar": None,
         "first_divergence": None,
         "prefill_s": prefill,
-        "forward_passes": len(forwards),
+        "forward_passes": passes,
         "forward_s": forward_s,
         "overhead_s": max(0.0, wall - forward_s),
         "prompt_tokens": prompt_tokens,

@@ -20,18 +20,16 @@ class ForwardTimer:
     On CPU a call costs two ``perf_counter()`` reads.
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
+    def __init__(self, model, device: torch.device):
         self.durations: list[float] = []
         self._devices = model_devices(model) if device.type == "cuda" else []
         self._events = len(self._devices) == 1
         self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._spare: list[torch.cuda.Event] = []  # events are reused: creating one costs more than recording it
         self._t0 = 0.0
-        self._models = {id(model)}
-        self._handles = [
-            model.register_forward_pre_hook(self._pre),
-            model.register_forward_hook(self._post),
-        ]
+        self._models: set[int] = set()
+        self._handles: list = []
+        self.also(model)
 
     def _event(self) -> "torch.cuda.Event":
         ev = self._spare.pop() if self._spare else torch.cuda.Event(enable_timing=True)
@@ -54,9 +52,10 @@ class ForwardTimer:
             torch.cuda.synchronize(dev)
         self.durations.append(time.perf_counter() - self._t0)
 
-    def also(self, model: torch.nn.Module) -> None:
-        """Time this model's forwards too (transformers' rows run on a second, unmodified instance)."""
-        if id(model) in self._models:
+    def also(self, model) -> None:
+        """Time this model's forwards too (transformers' rows run on a second, unmodified instance); another
+        engine's network (not a torch module) times its own passes, so nothing is hooked."""
+        if id(model) in self._models or not isinstance(model, torch.nn.Module):
             return
         self._models.add(id(model))
         self._handles += [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]

@@ -16,7 +16,6 @@ import weakref
 from typing import Callable, Iterator
 
 from drafting.engine.decode import Decoder, GenerationResult
-from drafting.engine.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.chat_template import decode, encode
 from drafting.speculators import create
@@ -116,25 +115,15 @@ class ChatSession:
         keep = self._crop_layers(keep) if keep else 0
         if keep == 0:
             self.drop_cache()
-            self._cache = new_cache(self.lm.model.config)
+            self._cache = self.decoder.forward.new_cache()
             return self._cache
         self._cached_ids = self._cached_ids[:keep]
         return self._cache
 
     def _crop_layers(self, n: int) -> int:
-        """Crop every layer of the kept cache to its first ``n`` tokens, or to the shortest layer's length where
-        one holds fewer (a step or a crop interrupted midway leaves layers of different lengths, and a layer
-        cropped by a count from another's length would keep stale keys or lose good ones); the length kept, 0
-        when a layer holds nothing."""
-        layers = getattr(self._cache, "layers", None) or []
-        if not layers or any(layer.keys is None for layer in layers):
-            return 0
-        keep = min([n] + [layer.keys.shape[2] for layer in layers])
-        for layer in layers:
-            extra = layer.keys.shape[2] - keep
-            if extra > 0:
-                layer.crop(-extra)
-        return keep
+        """Crop the kept cache to its first ``n`` tokens, or fewer where a step or a crop interrupted midway left
+        part of it unfinished (the engine's ``Forward.crop``); the length kept, 0 when nothing is left."""
+        return self.decoder.forward.crop(self._cache, n) if self._cache is not None else 0
 
     def _after_turn(self, ids: list[int], out: list[int]) -> None:
         """Leave the cache holding prompt + answer but the last token. A step cut at an EOS or at the token

@@ -15,14 +15,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from drafting.engine.acceptance import Acceptor, greedy_acceptor
-from drafting.engine.forward import Forward, keep_accepted
 from drafting.engine.hooks import DecodeHook, StepDone
-from drafting.engine.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
-from drafting.engine.model_support import attention_layout
-from drafting.engine.phase_clock import PhaseClock
 from drafting.engine.speculator import Speculator, StepResult
-from drafting.engine.static_shapes import StaticForward, StaticShapes
 from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.trace import StepRecord
 from drafting.engine.tree import Draft
@@ -59,23 +54,23 @@ class Decoder:
         speculator: Speculator,
         acceptor: Acceptor | None = None,
         record_top: int = 0,
-        static_shapes: StaticShapes | None = None,
+        static_shapes=None,
         hooks: Sequence[DecodeHook] = (),
     ):
-        if speculator.name != "ar":
-            attention_layout(lm.model, lm.name)  # one sentence when trees cannot be verified exactly on it
+        if lm.make_forward is None:
+            raise ValueError(f"{lm.name} was loaded without an engine to run it (LoadedModel.make_forward).")
+        # the engine's verifier; static_shapes: the transformers engine's opt-in fixed step shapes (None = dynamic)
+        self.forward = lm.make_forward(lm, static_shapes)
+        if speculator.name != "ar" and self.forward.unsupported is not None:
+            raise self.forward.unsupported  # one sentence when trees cannot be verified exactly on it
         self.lm = lm
         self.speculator = speculator
         self.acceptor = acceptor or greedy_acceptor
         self.record_top = record_top
-        self.static_shapes = static_shapes  # opt-in fixed step shapes (drafting.engine.static_shapes); None = dynamic
+        self.static_shapes = static_shapes
         self.hooks = list(hooks)
-        if static_shapes:
-            self.forward = StaticForward.shared(lm, static_shapes)
-        else:
-            self.forward = Forward(lm.model, lm.dtype, lm.device)
-        self.max_context = self.forward.context if static_shapes else lm.max_context  # a static cache may be shorter
-        self.clock = PhaseClock.for_model(lm.model)
+        self.max_context = self.forward.context  # a static cache may be shorter than the model's window
+        self.clock = self.forward.clock
         speculator.bind(lm)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
@@ -133,7 +128,7 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
     lm, spec, result, hooks = dec.lm, dec.speculator, run.result, dec.hooks
     cached = result.cached_tokens
     if cache is None:
-        cache = dec.forward.new_cache() if dec.static_shapes else new_cache(lm.model.config)
+        cache = dec.forward.new_cache()
     for hook in hooks:
         hook.before_run(run)
     clock = dec.clock
@@ -165,7 +160,7 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
         draft = _fit(draft, room)
         logits = dec.forward.step(draft, cache)
         path, bonus = acceptor(draft.tree, logits)
-        keep_accepted(cache, prefix_len, path)
+        dec.forward.keep(cache, prefix_len, path)
         tree = draft.tree
         emitted, ended = cut_at_eos([tree.tokens[i] for i in path[1:]] + [bonus], lm.eos_ids)
         stop = "eos" if ended else None

@@ -14,7 +14,6 @@ run says once (``take_notices``) that the machine is oversubscribed.
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -22,8 +21,7 @@ from typing import Callable
 import torch
 
 from drafting.disk_cache import DiskCache
-from drafting.engine.forward import Forward
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.forward import TRANSFORMERS
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.tree import Draft, DraftTree
 from drafting.machine.load import LoadMeter
@@ -112,16 +110,11 @@ def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> Pre
     return PrefixCost(short, curve_at(long_prefix), SHORT_PREFIX, long_prefix)
 
 
-def _sync(lm: LoadedModel) -> None:
-    """Wait for every CUDA device the model lives on (a device map spreads it over several)."""
-    if lm.device.type != "cuda":
-        return
-    for dev in {p.device for p in lm.model.parameters() if p.device.type == "cuda"} or {lm.device}:
-        torch.cuda.synchronize(dev)
-
-
 def curve_key(lm: LoadedModel, prefix: int) -> str:
-    """What decides a curve: model, device, dtype, thread count, cache length and weight format."""
+    """What decides a curve: model, device, dtype, thread count, cache length, weight format and engine (another
+    engine's key part names its threads, offload and build: ``weights_key``)."""
+    if lm.engine != TRANSFORMERS:
+        return f"{lm.name}|{lm.engine}|{lm.weights_key}|{prefix}"
     key = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
     weights = getattr(lm, "weights", "float")
     if weights != "float":  # float keeps the key of curves cached before weight formats existed
@@ -143,14 +136,15 @@ CURVES = DiskCache("cost", parse=_parse_curve)
 
 def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = SHORT_PREFIX, repeats: int = 3,
             limit_s: float | None = None) -> CostCurve:
-    """Time one forward of each size after ``prefix`` cached tokens (a chain draft, full 4-D tree mask).
-    With ``limit_s``, a first size slower than that ends the measurement there (the curve keeps one point)."""
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    """Time one forward of each size after ``prefix`` cached tokens (a star: the path real trees take, a full 4-D
+    tree mask on transformers, one sequence per leaf on llama.cpp), on the model's own engine. With ``limit_s``, a
+    first size slower than that ends the measurement there (the curve keeps one point)."""
+    fwd = lm.make_forward(lm, None)
     gen = torch.Generator().manual_seed(0)
     vocab = min(lm.vocab_size, 32000)
     low = 100 if vocab > 200 else 0  # skip special ids, except in tiny test vocabularies
     ids = torch.randint(low, vocab, (prefix + max(sizes) + 1,), generator=gen).tolist()
-    cache = new_cache(lm.model.config)
+    cache = fwd.new_cache()
     fwd.prefill(ids[:prefix], cache)
     seconds = []
     for n in sizes:
@@ -162,12 +156,13 @@ def measure(lm: LoadedModel, sizes=DEFAULT_SIZES, prefix: int = SHORT_PREFIX, re
         times = []
         # small steps are cheap to repeat and the budget reads their differences (a few ms), so they get more
         for r in range((repeats if n > SMALL_ROWS else 2 * repeats + 1) + 1):
-            t0 = time.perf_counter()
+            t0 = fwd.clock.mark()
             fwd.step(draft, cache)
-            _sync(lm)
+            t1 = fwd.clock.mark()
+            fwd.clock.settle()
             if r:  # the first run warms up this shape
-                times.append(time.perf_counter() - t0)
-            cache.crop(-len(tree))
+                times.append(fwd.clock.seconds(t0, t1))
+            fwd.crop(cache, prefix)
             if limit_s is not None and not seconds and times and times[0] > limit_s:
                 break  # one timed forward is enough to know it is too slow
         seconds.append(sorted(times)[len(times) // 2])

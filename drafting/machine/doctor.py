@@ -19,8 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from drafting.engine.forward import Forward
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.forward import TRANSFORMERS
 from drafting.engine.loaded_model import mode_name
 from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.cost_curve import DEFAULT_SIZES, measure, store_curve
@@ -42,10 +41,11 @@ class Mode:
 
     dtype: str
     weights: str = FLOAT.name
+    engine: str = TRANSFORMERS  # another engine (llama.cpp) has one mode: the file's own weights, dtype and weights auto
 
     @property
     def label(self) -> str:
-        return mode_name(self.dtype, self.weights)
+        return mode_name(self.dtype, self.weights) if self.engine == TRANSFORMERS else self.engine
 
 
 @dataclass
@@ -145,6 +145,8 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
         t0 = time.perf_counter()
         lm = loader(model, device=device, dtype=mode.dtype, weights=mode.weights)
         out.load_s = time.perf_counter() - t0
+        if lm.engine != TRANSFORMERS:
+            out.mode = lm.mode  # the engine and the weights' type it found in the file
         if mode.weights == FLOAT.name:
             out.fingerprint = fingerprint(lm.model, lm.name, lm.device, lm.dtype)
         with LoadMeter() as meter:
@@ -170,15 +172,15 @@ def profile_mode(model: str | None, device: str, mode: Mode, sizes=DEFAULT_SIZES
 def _prefill_speed(lm, n: int) -> float:
     """Tokens per second of a causal prefill of ``n`` tokens (second run; the first warms up)."""
     ids = [100 + (i * 7919) % max(1, min(lm.vocab_size, 32000) - 100) for i in range(n)]
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = lm.make_forward(lm, None)
     best = float("inf")
     for _ in range(2):
-        cache = new_cache(lm.model.config)
-        t0 = time.perf_counter()
+        cache = fwd.new_cache()
+        t0 = fwd.clock.mark()
         fwd.prefill(ids, cache)
-        if lm.device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
+        t1 = fwd.clock.mark()
+        fwd.clock.settle()
+        best = min(best, fwd.clock.seconds(t0, t1))
     return n / best
 
 

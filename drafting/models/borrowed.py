@@ -1,7 +1,7 @@
 """A transformers model object the caller already holds, used by goose without being changed behind their back.
 
 goose's own loader packs weights and switches attention for speed; on a caller's model nothing is repacked,
-and the one switch made (grouped-query tree attention, see drafting.engine.attention) lasts only while goose runs:
+and the one switch made (grouped-query tree attention, see drafting.engine.hf.attention) lasts only while goose runs:
 ``borrowed`` puts the model's own attention implementation back afterwards, also on an error or Ctrl-C.
 The KV cache is goose's own, never attached to the model.
 """
@@ -12,8 +12,9 @@ from contextlib import contextmanager
 
 import torch
 
-from drafting.engine.attention import use_grouped_attention
+from drafting.engine.hf.attention import use_grouped_attention
 from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.hf import transformers_forward
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
 
@@ -30,6 +31,7 @@ def wrap_model(net: torch.nn.Module, tokenizer=None, eos_ids: set[int] | None = 
     embed = net.get_input_embeddings().weight
     name = getattr(config, "_name_or_path", "") or type(net).__name__
     return with_verify_cost(LoadedModel(
+        make_forward=transformers_forward,
         model=net,
         tokenizer=tokenizer,
         name=f"{name} (caller's model)",  # its own cost-curve cache entry: goose did not pack its weights

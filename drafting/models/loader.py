@@ -11,12 +11,15 @@ from pathlib import Path
 
 import torch
 
-from drafting.engine.attention import use_grouped_attention
+from drafting.engine.hf.attention import use_grouped_attention
+from drafting.engine.forward import ENGINES, LLAMA_CPP, TRANSFORMERS
 from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.hf import transformers_forward
 from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.footprint import check_room, folder_weights
 from drafting.models.gguf_convert import ensure_converted
+from drafting.models.llama_loader import load_llama
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
 from drafting.models.packaged import PACKAGED, PackagedModel, packaged_gguf
 from drafting.weights.float import FLOAT
@@ -81,26 +84,9 @@ def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust
     return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs), tokenizer
 
 
-def load_model(
-    model: str | None = None,
-    device: str = "auto",
-    dtype: str = "auto",
-    device_map: str | None = None,
-    trust_remote_code: bool = False,
-    weights: str = "auto",
-) -> LoadedModel:
-    """Load ``model`` (None = the embedded default) and return it in eval mode on the chosen device, with the
-    weight format ``weights`` (``auto`` or one of drafting.weights.formats) applied."""
-    _quiet_transformers()
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    fmt = WEIGHT_FORMATS.get(weights)
-    if dtype == "auto" and fmt is not None and fmt.auto_dtype is not None:
-        dt = fmt.auto_dtype  # the only dtype that format computes in
-    try:
-        weights = FLOAT.name if device_map and weights == AUTO else resolve_format(weights, dev, dt)
-    except WeightsError as exc:
-        raise ModelError(str(exc)) from None
+def model_source(model: str | None) -> tuple[str, Path | str]:
+    """What ``--model`` names: (how messages name it, a GGUF file, a transformers folder or a hub id); ModelError
+    (one sentence) for a path that is not there or not a model."""
     name = model or EMBEDDED_NAME
     if model is None:
         source: Path | str = embedded_gguf()
@@ -121,6 +107,38 @@ def load_model(
         raise ModelError(f"Model path {model!r} does not exist.")
     else:
         source = model  # a hub id
+    return name, source
+
+
+def load_model(
+    model: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    weights: str = "auto",
+    engine: str = TRANSFORMERS,
+) -> LoadedModel:
+    """Load ``model`` (None = the embedded default) on ``engine`` (one of drafting.engine.forward.ENGINES). On
+    transformers: in eval mode on the chosen device, with the weight format ``weights`` (``auto`` or one of
+    drafting.weights.formats) applied; on llama.cpp: the GGUF file as it is (drafting.models.llama_loader)."""
+    _quiet_transformers()
+    if engine not in ENGINES:
+        raise ModelError(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
+    if engine == LLAMA_CPP:
+        if device_map:
+            raise ModelError("--device-map is a transformers engine option; llama.cpp places layers itself.")
+        return load_llama(*model_source(model), device=device, dtype=dtype, weights=weights)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    fmt = WEIGHT_FORMATS.get(weights)
+    if dtype == "auto" and fmt is not None and fmt.auto_dtype is not None:
+        dt = fmt.auto_dtype  # the only dtype that format computes in
+    try:
+        weights = FLOAT.name if device_map and weights == AUTO else resolve_format(weights, dev, dt)
+    except WeightsError as exc:
+        raise ModelError(str(exc)) from None
+    name, source = model_source(model)
     gguf = source if isinstance(source, Path) and source.suffix == ".gguf" else None
     try:
         if gguf is not None:
@@ -151,6 +169,7 @@ def load_model(
         choice = choose_format(net, name, dev, dt)
         weights = choice.weights
     return with_verify_cost(LoadedModel(
+        make_forward=transformers_forward,
         model=net,
         tokenizer=tokenizer,
         name=name,

@@ -25,7 +25,7 @@ def max_context_of(config) -> int:
 
 def sliding_window_of(config) -> int | None:
     """The narrowest attention window (or chunk) of any layer, None when every layer attends to the whole
-    context; read as transformers reads it to build the cache. Tree masks honour it (drafting.engine.model_support)."""
+    context; read as transformers reads it to build the cache. Tree masks honour it (drafting.engine.hf.model_support)."""
     cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     try:
         _, kwargs = get_layer_types_and_kwargs(cfg)

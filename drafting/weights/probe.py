@@ -28,6 +28,7 @@ import torch
 from drafting.errors import first_line
 from drafting.disk_cache import DiskCache
 from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.hf import transformers_forward
 from drafting.machine.cost_curve import measure
 from drafting.machine.identity import machine_identity
 from drafting.machine.load import LoadMeter
@@ -155,7 +156,7 @@ def write_cached(fp: dict, choice: FormatChoice) -> None:
 def probe(net: torch.nn.Module, name: str, device: torch.device, dtype: torch.dtype,
           rows=PROBE_ROWS, prefix: int = PROBE_PREFIX, repeats: int = PROBE_REPEATS) -> FormatChoice:
     """Time ``net`` in every candidate format (leaving it in float) and decide."""
-    lm = LoadedModel(model=net, tokenizer=None, name=name, device=device, dtype=dtype)
+    lm = LoadedModel(make_forward=transformers_forward, model=net, tokenizer=None, name=name, device=device, dtype=dtype)
     slots = _linear_slots(net)
     seconds: dict[str, list[float]] = {}
     memory = no_room_for_a_copy(net)  # every format but float is timed on a packed copy

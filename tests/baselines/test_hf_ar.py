@@ -68,7 +68,7 @@ def test_hf_ar_runs_on_the_very_tensors_of_a_model_that_keeps_them_plain(tiny_lm
     from drafting.engine.decode import Decoder
     from drafting.baselines.hf_generate import HFGenerate
     from drafting.speculators import create
-    from drafting.engine.attention import use_grouped_attention
+    from drafting.engine.hf.attention import use_grouped_attention
     from drafting.weights.base import LinearStandIn
     from drafting.weights.formats import apply_format
 

@@ -12,17 +12,18 @@ import pytest
 import torch
 import transformers as T
 
-from drafting.engine.attention import use_grouped_attention
+from drafting.engine.hf.attention import use_grouped_attention
 from drafting.engine.decode import Decoder
 from drafting.errors import UnsupportedModelError
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.hf.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
+from drafting.engine.hf import transformers_forward
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.model_facts import sliding_window_of
 from drafting.speculators import create, registry
-from drafting.engine.model_support import attention_layout
+from drafting.engine.hf.model_support import attention_layout
 from drafting.engine.tree import Draft, DraftRows, DraftTree
-from drafting.engine.forward import Forward, keep_accepted
+from drafting.engine.hf.forward import HFForward, keep_accepted
 
 VOCAB, WINDOW, ATOL = 256, 8, 1e-4
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -64,7 +65,7 @@ def tiny(arch: str) -> LoadedModel:
                 if p.dim() == 2:
                     p.mul_(4.0)
         use_grouped_attention(net)
-        _BUILT[arch] = with_verify_cost(LoadedModel(model=net, tokenizer=None, name=f"tiny {arch}", device=torch.device("cpu"),
+        _BUILT[arch] = with_verify_cost(LoadedModel(make_forward=transformers_forward, model=net, tokenizer=None, name=f"tiny {arch}", device=torch.device("cpu"),
                                    dtype=torch.float32, eos_ids=set(), max_context=512,
                                    sliding_window=sliding_window_of(net.config)))
     return _BUILT[arch]
@@ -100,7 +101,7 @@ def test_tree_logits_equal_sequential_across_steps(arch):
     rng = random.Random(ARCHS.index(arch))
     committed = [rng.randrange(2, VOCAB - 1) for _ in range(rng.randrange(3, 2 * WINDOW))]
     cache = new_cache(lm.model.config)
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     fwd.prefill(committed[:-1], cache)
     for step in range(3):
         prefix_len = len(committed) - 1
@@ -124,7 +125,7 @@ def test_draft_rows_honour_windows(arch):
     rng = random.Random(5)
     committed = [rng.randrange(2, VOCAB - 1) for _ in range(2 * WINDOW)]
     cache = new_cache(lm.model.config)
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     fwd.prefill(committed[:-1], cache)
     tree = random_tree(rng, committed[-1], 2 * WINDOW)
     t = len(tree)
@@ -208,7 +209,7 @@ def test_hybrid_cache_is_refused_with_one_sentence():
         Decoder(lm, create("goose"))
     _one_sentence(str(err.value))
     Decoder(lm, create("ar"))  # plain decoding needs neither a tree mask nor a roll-back
-    fwd = Forward(net, torch.float32, torch.device("cpu"))
+    fwd = HFForward(net, torch.float32, torch.device("cpu"))
     cache = new_cache(net.config)
     fwd.prefill([5, 6, 7], cache)
     tree = DraftTree(8)
@@ -219,5 +220,5 @@ def test_hybrid_cache_is_refused_with_one_sentence():
 
 def _wrapped(net, name: str):
     """A tiny float32 CPU network as the engine runs one, with measured verify costs for ``budget=auto``."""
-    return with_verify_cost(LoadedModel(model=net, tokenizer=None, name=name, device=torch.device("cpu"),
+    return with_verify_cost(LoadedModel(make_forward=transformers_forward, model=net, tokenizer=None, name=name, device=torch.device("cpu"),
                                         dtype=torch.float32))

@@ -6,9 +6,10 @@ the rows it sees, in order, at their positions. After acceptance only prefix + a
 
 import torch
 
-from drafting.engine.kv_cache import new_cache
-from drafting.engine.tree import Draft, DraftRows, DraftTree, step_inputs
-from drafting.engine.forward import Forward, keep_accepted
+from drafting.engine.hf.kv_cache import new_cache
+from drafting.engine.tree import Draft, DraftRows, DraftTree
+from drafting.engine.hf.step_inputs import step_inputs
+from drafting.engine.hf.forward import HFForward, keep_accepted
 
 PREFIX = [5, 17, 42, 8, 99, 23, 61, 12, 77, 3]
 
@@ -31,7 +32,7 @@ def _step_rows(draft):
 
 
 def _check_against_sequential(lm, draft):
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     cache = new_cache(lm.model.config)
     fwd.prefill(PREFIX, cache)
     p = len(PREFIX)
@@ -113,7 +114,7 @@ def test_rows_kv_dropped_after_acceptance(tiny_lm):
     path = [0, 3, 4]  # root -> 50 -> 51, a branch that is not the first in the flat order
     keep_accepted(cache, p, path)
     assert cache.get_seq_length() == p + len(path)
-    fwd = Forward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device)
+    fwd = HFForward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device)
     nxt = DraftTree(7)
     nxt.add(8, 0, "t")
     logits = fwd.step(Draft(tree=nxt, rows=DraftRows([9], [1], [[0]])), cache)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from drafting.engine.attention import NAME, grouped_sdpa
-from drafting.engine.kv_cache import BufferedLayer, new_cache
-from drafting.engine.forward import keep_accepted
+from drafting.engine.hf.attention import NAME, grouped_sdpa
+from drafting.engine.hf.kv_cache import BufferedLayer, new_cache
+from drafting.engine.hf.forward import keep_accepted
 
 
 class _Module:
@@ -44,7 +44,7 @@ def test_one_unmasked_row_is_stacked_and_equals_transformers_path():
 def test_grouped_attention_hands_every_argument_it_does_not_implement_to_transformers():
     """Sinks, soft-capping, position bias, dropout and a window no mask applies go to transformers' SDPA; only
     bookkeeping arguments, and a window that the given mask applies, stay on the grouped path."""
-    from drafting.engine.attention import _grouped_can_take
+    from drafting.engine.hf.attention import _grouped_can_take
 
     assert _grouped_can_take({"position_ids": torch.zeros(1, 3), "use_cache": True, "sliding_window": None}, False)
     assert _grouped_can_take({"sliding_window": 8}, True)
@@ -109,9 +109,9 @@ def test_buffered_cache_grows_crops_and_compacts(tiny_lm):
 def test_prefill_logits_only_for_speculators_that_read_them(tiny_lm):
     from drafting.engine.decode import Decoder
     from drafting.speculators import create
-    from drafting.engine.forward import Forward
+    from drafting.engine.hf.forward import HFForward
 
-    fwd = Forward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device)
+    fwd = HFForward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device)
     ids = [5, 17, 33, 2, 90, 41, 7]
     full = fwd.prefill(ids, new_cache(tiny_lm.model.config))
     last = fwd.prefill(ids, new_cache(tiny_lm.model.config), 1)

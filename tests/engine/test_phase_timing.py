@@ -11,7 +11,7 @@ import pytest
 from drafting.engine.decode import Decoder
 from drafting.engine.phase_clock import PhaseClock, model_devices
 from drafting.speculators import create
-from drafting.engine.static_shapes import StaticShapes
+from drafting.engine.hf.static_shapes import StaticShapes
 
 
 def _prompt():

@@ -10,9 +10,9 @@ import torch
 
 from drafting.engine.decode import Decoder
 from drafting.speculators import create
-from drafting.engine.static_shapes import StaticForward, StaticShapeError, StaticShapes
+from drafting.engine.hf.static_shapes import StaticForward, StaticShapeError, StaticShapes
 from drafting.engine.tree import Draft, DraftTree
-from drafting.engine.forward import keep_accepted
+from drafting.engine.hf.forward import keep_accepted
 
 SHAPES = StaticShapes(buckets=(1, 4, 16, 64))
 

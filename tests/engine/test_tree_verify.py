@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from drafting.engine.decode import Decoder
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.hf.kv_cache import new_cache
 from drafting.speculators import create
 from drafting.engine.speculator import Speculator
 from drafting.engine.tree import Draft, DraftTree
-from drafting.engine.forward import Forward, keep_accepted
+from drafting.engine.hf.forward import HFForward, keep_accepted
 
 ATOL = 1e-4
 
@@ -36,7 +36,7 @@ def random_tree(rng: random.Random, root: int, size: int, vocab: int) -> DraftTr
 
 def prefilled(lm, prefix: list[int]):
     cache = new_cache(lm.model.config)
-    fwd = Forward(lm.model, lm.dtype, lm.device)
+    fwd = HFForward(lm.model, lm.dtype, lm.device)
     fwd.prefill(prefix[:-1], cache)
     return fwd, cache
 

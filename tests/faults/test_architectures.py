@@ -19,10 +19,11 @@ from transformers import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from drafting.engine.decode import Decoder
-from drafting.engine.forward import Forward, keep_accepted
-from drafting.engine.kv_cache import new_cache
+from drafting.engine.hf.forward import HFForward, keep_accepted
+from drafting.engine.hf.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
-from drafting.engine.model_support import EXACT_FAMILIES, REFUSED_FAMILIES, attention_layout
+from drafting.engine.hf import transformers_forward
+from drafting.engine.hf.model_support import EXACT_FAMILIES, REFUSED_FAMILIES, attention_layout
 from drafting.engine.tree import Draft, DraftTree
 from drafting.errors import UnsupportedModelError
 from drafting.machine.verify_cost import with_verify_cost
@@ -50,7 +51,7 @@ def _tree(rng: random.Random, root: int) -> DraftTree:
 def tree_error(net, seed: int = 0) -> float:
     """The largest logit difference between two tree steps and sequential passes over every node's path."""
     rng = random.Random(seed)
-    fwd = Forward(net, torch.float32, torch.device("cpu"))
+    fwd = HFForward(net, torch.float32, torch.device("cpu"))
     committed = [rng.randrange(2, VOCAB - 1) for _ in range(7)]
     cache = new_cache(net.config)
     fwd.prefill(committed[:-1], cache)
@@ -72,7 +73,7 @@ def tree_error(net, seed: int = 0) -> float:
 
 
 def _loaded(net, name: str) -> LoadedModel:
-    return with_verify_cost(LoadedModel(model=net, tokenizer=None, name=name, device=torch.device("cpu"),
+    return with_verify_cost(LoadedModel(make_forward=transformers_forward, model=net, tokenizer=None, name=name, device=torch.device("cpu"),
                                         dtype=torch.float32, eos_ids=set(), max_context=512))
 
 

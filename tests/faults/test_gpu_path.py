@@ -11,10 +11,11 @@ import pytest
 import torch
 import transformers as T
 
-from drafting.engine.kv_cache import BufferedLayer, new_cache
-from drafting.engine.pinned import Staging
-from drafting.engine.static_shapes import DEFAULT_CONTEXT, StaticForward, StaticShapes
-from drafting.engine.tree import Draft, DraftRows, DraftTree, step_inputs
+from drafting.engine.hf.kv_cache import BufferedLayer, new_cache
+from drafting.engine.hf.pinned import Staging
+from drafting.engine.hf.static_shapes import DEFAULT_CONTEXT, StaticForward, StaticShapes
+from drafting.engine.tree import Draft, DraftRows, DraftTree
+from drafting.engine.hf.step_inputs import step_inputs
 from drafting.errors import ModelError
 from drafting.models.loader import resolve_device
 from support.cli import run_goose

@@ -103,7 +103,7 @@ class TakingTurns:
 def test_two_threads_generating_at_once_each_get_what_they_get_alone(embedded_lm, monkeypatch):
     spec = "goose:budget=14"
     alone = {"t1": _alone(A, spec), "t2": _alone(B, spec)}
-    lm = api._MODELS[(None, "auto", "auto", "auto")]
+    lm = api._MODELS[(None, "auto", "auto", "auto", "transformers")]
     turns = TakingTurns(lm.tokenizer, ["t1", "t2"])
     monkeypatch.setattr(lm, "tokenizer", turns)
     got = {}
@@ -169,7 +169,7 @@ def test_a_callers_model_is_freed_after_custom_generate(tokenizer, spec):
 
 def test_a_model_with_static_shapes_is_freed():
     from drafting.engine.decode import Decoder
-    from drafting.engine.static_shapes import StaticShapes
+    from drafting.engine.hf.static_shapes import StaticShapes
     from drafting.speculators import create
 
     lm = tiny_llama(128, 64, 512, bos=1, eos_ids=set(), name="tiny-static")

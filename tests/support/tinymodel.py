@@ -9,8 +9,9 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
     """A 2-layer Llama (4 heads, 2 KV heads) in fp32; seeded, so every call builds the same weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from drafting.engine.attention import use_grouped_attention
+    from drafting.engine.hf.attention import use_grouped_attention
     from drafting.engine.loaded_model import LoadedModel
+    from drafting.engine.hf import transformers_forward
     from drafting.machine.verify_cost import with_verify_cost
 
     torch.manual_seed(0)
@@ -28,6 +29,7 @@ def tiny_llama(vocab: int, hidden: int, context: int, *, bos: int, eos_ids: set[
     model = LlamaForCausalLM(config).eval()
     use_grouped_attention(model)  # what load_model does, so mechanics tests cover the grouped tree attention
     return with_verify_cost(LoadedModel(
+        make_forward=transformers_forward,
         model=model, tokenizer=None, name=name, device=torch.device("cpu"),
         dtype=torch.float32, eos_ids=eos_ids, max_context=context,
     ))

@@ -80,13 +80,14 @@ def test_int8_weights_replace_linear_layers_and_decode(tiny_lm):
     from drafting.bench.identity import first_divergence, tie_check
     from drafting.engine.decode import Decoder
     from drafting.engine.loaded_model import LoadedModel
+    from drafting.engine.hf import transformers_forward
     from drafting.machine.verify_cost import with_verify_cost
     from drafting.speculators import create
     from drafting.weights.formats import apply_format
 
     net = apply_format(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), "int8")
     assert not any(type(m) is torch.nn.Linear for m in net.modules())
-    lm = with_verify_cost(LoadedModel(model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,
+    lm = with_verify_cost(LoadedModel(make_forward=transformers_forward, model=net, tokenizer=None, name="tiny-int8", device=tiny_lm.device, dtype=torch.bfloat16,
                      eos_ids={127}, max_context=512, weights="int8"))
     assert lm.vocab_size == 128 and lm.mode == "bfloat16+int8"
     ids = torch.tensor([[5, 17, 33, 2, 90, 41]])

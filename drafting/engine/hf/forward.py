@@ -1,4 +1,5 @@
-"""One forward pass over a draft with the KV cache, and cache compaction (acceptance is in ``acceptance``)."""
+"""transformers' ``Forward`` (drafting.engine.forward): one forward pass of the torch model over a draft with the KV
+cache, and cache compaction (acceptance is in ``drafting.engine.acceptance``)."""
 
 from __future__ import annotations
 
@@ -6,27 +7,58 @@ import inspect
 
 import torch
 
-from drafting.engine.kv_cache import BufferedLayer
-from drafting.engine.pinned import Staging
+from drafting.engine.hf.kv_cache import BufferedLayer, new_cache
+from drafting.engine.phase_clock import PhaseClock
+from drafting.engine.hf.pinned import Staging
 from drafting.errors import UnsupportedModelError
-from drafting.engine.model_support import attention_layout
-from drafting.engine.tree import Draft, step_inputs
+from drafting.engine.hf.model_support import attention_layout
+from drafting.engine.tree import Draft
+from drafting.engine.hf.step_inputs import step_inputs
 
 _staging = Staging()  # compaction indices on a GPU come through one reused pinned buffer
 
 
-class Forward:
-    """Runs the target model over step rows that extend the cached prefix."""
+class HFForward:
+    """Runs the target model over step rows that extend the cached prefix. ``context``: tokens a cache holds (the
+    model's window); ``name`` is what a refusal calls the model."""
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device):
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device, context: int = 2048,
+                 name: str = "the model"):
         self.model = model
         self.dtype = dtype
         self.device = device
+        self.context = context
+        self.clock = PhaseClock.for_model(model)
         self.can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         try:  # which layers see a window, so tree masks honour it; a model goose cannot verify trees on runs chains
-            self.layout, self.unsupported = attention_layout(model), None
+            self.layout, self.unsupported = attention_layout(model, name), None
         except UnsupportedModelError as exc:
             self.layout, self.unsupported = None, exc
+
+    def new_cache(self):
+        return new_cache(self.model.config)
+
+    def keep(self, cache, prefix_len: int, path: list[int]) -> None:
+        keep_accepted(cache, prefix_len, path)
+
+    def crop(self, cache, n: int) -> int:
+        """Crop every layer to its first ``n`` tokens, or to the shortest layer's length where one holds fewer (a
+        step or a crop interrupted midway leaves layers of different lengths, and a layer cropped by a count from
+        another's length would keep stale keys or lose good ones); 0 when a layer holds nothing."""
+        layers = getattr(cache, "layers", None) or []
+        if any(not hasattr(layer, "keys") for layer in layers):  # a recurrent state: transformers' own crop
+            extra = cache.get_seq_length() - n
+            if extra > 0:
+                cache.crop(-extra)
+            return cache.get_seq_length()
+        if not layers or any(layer.keys is None for layer in layers):
+            return 0
+        keep = min([n] + [layer.keys.shape[2] for layer in layers])
+        for layer in layers:
+            extra = layer.keys.shape[2] - keep
+            if extra > 0:
+                layer.crop(-extra)
+        return keep
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], cache, logit_rows: int | None = None) -> torch.Tensor:

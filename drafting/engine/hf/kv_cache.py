@@ -8,7 +8,7 @@ never holds more (its steps are cut to the room left), so a buffer past it would
 
 Sliding-window layers are kept whole as well: transformers' sliding layers drop tokens that fell out of the
 window, and after a tree step (rows past the window's end, then compaction) they would no longer hold the
-tokens sequential decoding sees. The window is applied by the mask instead (drafting.engine.tree.tree_mask and the
+tokens sequential decoding sees. The window is applied by the mask instead (drafting.engine.hf.step_inputs.tree_mask and the
 model's own mask for chains), so a windowed layer costs the memory of a full one.
 """
 
@@ -107,7 +107,7 @@ def context_length(config) -> int | None:
 def new_cache(config, max_tokens: int | None = None) -> DynamicCache:
     """A ``DynamicCache`` for ``config`` whose attention layers (full and sliding-window) are buffered and kept
     whole, each grown up to ``max_tokens`` (default: the model's context length); other kinds of layer (refused
-    for tree steps by drafting.engine.model_support) keep transformers' own."""
+    for tree steps by drafting.engine.hf.model_support) keep transformers' own."""
     limit = max_tokens if max_tokens is not None else context_length(config)
     cache = DynamicCache(config=config)
     cache.layers = [BufferedLayer(limit) if type(layer) in REPLACEABLE else layer for layer in cache.layers]

@@ -13,7 +13,7 @@ import functools
 import inspect
 from dataclasses import dataclass
 
-from drafting.engine.attention import NAME as GROUPED
+from drafting.engine.hf.attention import NAME as GROUPED
 from drafting.errors import UnsupportedModelError
 
 # Implementations that take a 4-D additive mask and apply it as given (flash-attention ignores it, flex wants a
@@ -22,7 +22,7 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", GROUPED)
 
 # Cache layer kinds whose rule goose builds into the tree mask (None = plain causal, "window" = a sliding window,
 # "chunk" = attention within fixed chunks of positions). Each is kept as a full buffered layer
-# (drafting.engine.kv_cache), so compaction is a gather along the sequence.
+# (drafting.engine.hf.kv_cache), so compaction is a gather along the sequence.
 LAYER_RULES = {"full_attention": None, "sliding_attention": "window", "chunked_attention": "chunk"}
 
 

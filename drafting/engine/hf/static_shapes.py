@@ -18,8 +18,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from drafting.engine.tree import Draft, step_inputs
-from drafting.engine.forward import Forward
+from drafting.engine.tree import Draft
+from drafting.engine.hf.step_inputs import step_inputs
+from drafting.engine.hf.forward import HFForward
 
 DEFAULT_BUCKETS = (1, 4, 16, 64, 128)
 
@@ -104,12 +105,12 @@ class FixedLayer(DynamicLayer):
 _SHARED: "weakref.WeakValueDictionary[tuple, StaticForward]" = weakref.WeakValueDictionary()
 
 
-class StaticForward(Forward):
-    """``Forward`` with fixed shapes: ``new_cache()`` hands out the one preallocated cache; ``step`` pads the
+class StaticForward(HFForward):
+    """``HFForward`` with fixed shapes: ``new_cache()`` hands out the one preallocated cache; ``step`` pads the
     draft to its bucket. Prefill runs eagerly (its length varies per prompt) into the same buffers."""
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device, max_context: int, shapes: StaticShapes):
-        super().__init__(model, dtype, device)
+        super().__init__(model, dtype, device, max_context)
         if not shapes.buckets or list(shapes.buckets) != sorted(set(shapes.buckets)) or shapes.buckets[0] < 1:
             raise StaticShapeError("Static-shape buckets must be distinct positive row counts in increasing order.")
         if getattr(model.config, "sliding_window", None) or getattr(model.config, "attention_chunk_size", None):
@@ -145,6 +146,11 @@ class StaticForward(Forward):
         for layer in self._cache.layers:
             layer.reset()
         return self._cache
+
+    def crop(self, cache, n: int) -> int:
+        keep = min([n] + [layer.length for layer in cache.layers])
+        self._set_length(cache, keep)  # stale rows stay, hidden by the mask
+        return keep
 
     def _set_length(self, cache, n: int) -> None:
         for layer in cache.layers:

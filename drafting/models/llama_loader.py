@@ -1,0 +1,79 @@
+"""Load a GGUF model on the llama.cpp engine: llama.cpp's own kernels on the file's own weights, and the same
+tokenizer (and so the same token ids) as the transformers engine. Nothing is converted: the peak memory is about
+the file, its KV cache and one batch of logits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from drafting.engine.forward import LLAMA_CPP
+from drafting.engine.llama import llama_forward
+from drafting.engine.llama.net import LlamaNet, llama_lib
+from drafting.engine.llama.settings import LlamaSettings
+from drafting.engine.loaded_model import LoadedModel
+from drafting.errors import ModelError, first_line
+from drafting.machine.verify_cost import with_verify_cost
+from drafting.models.gguf_tokenizer import gguf_tokenizer
+
+
+def gpu_layers_for(device: str) -> int:
+    """Layers to offload: all of them where a GPU build is asked for or found (``auto``), none on ``cpu``."""
+    offload = bool(llama_lib().llama_supports_gpu_offload())
+    if device == "cpu":
+        return 0
+    if device == "auto":
+        return -1 if offload else 0
+    if device.split(":")[0] == "cuda":
+        if not offload:
+            raise ModelError(f"--device {device} asks for a GPU, but this llama-cpp-python was built without one; "
+                             "use --device cpu or a CUDA build of llama-cpp-python.")
+        return -1
+    raise ModelError(f"Unknown device {device!r}; use auto, cpu or cuda.")
+
+
+def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "auto", weights: str = "auto",
+               settings: LlamaSettings | None = None) -> LoadedModel:
+    """``gguf`` (from drafting.models.loader.model_source) on llama.cpp; ModelError (one sentence) for what it
+    cannot run: a transformers folder or hub id, a recurrent model, a dtype or weight format of the other engine."""
+    if not (isinstance(gguf, Path) and gguf.suffix == ".gguf"):
+        kind = "folder" if isinstance(gguf, Path) else "hub id"
+        raise ModelError(f"The llama.cpp engine runs GGUF files, and {name!r} is a transformers {kind}; give a .gguf "
+                         "file or use --engine transformers.")
+    if dtype not in ("auto", "float32"):
+        raise ModelError(f"--dtype {dtype} is a transformers engine option; llama.cpp computes with the GGUF's own "
+                         "weight types (leave --dtype auto).")
+    if weights != "auto":
+        raise ModelError(f"--weights {weights} is a transformers engine option; llama.cpp runs the GGUF's own weights "
+                         "(leave --weights auto).")
+    base = settings or LlamaSettings()
+    if settings is None or device != "auto":  # the device asked for decides the offload
+        base = replace(base, gpu_layers=gpu_layers_for(device))
+    try:
+        tokenizer = gguf_tokenizer(gguf)
+    except Exception as exc:  # transformers raises many kinds; the user needs one sentence
+        raise ModelError(f"Could not read the tokenizer of {name!r}: {first_line(exc)}") from exc
+    net = LlamaNet(gguf, base)
+    eos = {net.eos} if net.eos >= 0 else set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    lib = llama_lib()
+    build = lib.llama_print_system_info().decode("utf-8", "replace").strip()
+    where = f"{base.gpu_layers} GPU layers" if base.gpu_layers else "cpu"
+    return with_verify_cost(LoadedModel(
+        model=net,
+        tokenizer=tokenizer,
+        name=name,
+        device=torch.device("cpu"),  # where its logits land
+        dtype=torch.float32,
+        eos_ids=eos,
+        max_context=net.n_ctx,
+        weights=net.file_type(),
+        gguf=gguf,
+        # what decides its cost curve: the weights' type, threads, offload and the build (version, CPU features)
+        weights_key=f"{net.file_type()}|{base.thread_count} threads|{where}|{lib.__version__}|{build}",
+        engine=LLAMA_CPP,
+        make_forward=llama_forward,
+    ))
