@@ -155,6 +155,7 @@ class Goose(TreeSpeculator):
         s = self.settings
         self.matcher.chain_len, self.matcher.chain_max = s.chain, s.chain_max
         self.ema = 0.5
+        self._spine: tuple[list[int], float] = ([], 0.0)  # the last candidate spine and its match confidence
 
     def table_size(self) -> int:
         return self.settings.k
@@ -173,9 +174,19 @@ class Goose(TreeSpeculator):
             context[-1], self._before_root, m.chain, m.confidence, plan, self.table,
             k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram,
         )
+        self._spine = (m.chain[: plan.spine], m.confidence)
         cand.info = {"budget": plan.budget, "confidence": round(m.confidence, 3), "ema": round(self.ema, 3),
                      "bypass": int(plan.bypass), "chain": len(m.chain)}
         return cand
+
+    def learn_undrafted_spine(self, drafted: int, path: list[int], sources: list[str], emitted: list[int]) -> None:
+        """Where the budget cut the spine and every drafted spine node was accepted, the step's bonus token says
+        whether the first spine node left out would have been: counted like a tested node, so a spine priced out
+        on a steep cost curve still teaches the rates that may later price it in."""
+        chain, conf = self._spine
+        whole_spine = len(path) == drafted and all(sources[i] == SPINE for i in path)
+        if whole_spine and drafted < len(chain) and drafted < len(emitted):
+            self.acceptance.update(spine_key(conf, drafted + 1), chain[drafted] == emitted[drafted])
 
     def after_observe(self, draft, result: StepResult) -> None:
         sources = draft.tree.sources
@@ -184,6 +195,8 @@ class Goose(TreeSpeculator):
         if spine:
             got = sum(1 for i in path if sources[i] == SPINE)
             self.ema = (1 - EMA_ALPHA) * self.ema + EMA_ALPHA * (got / spine)
+        if draft is self._last:
+            self.learn_undrafted_spine(spine, path, sources, result.emitted)
         cont = sum(1 for i in path if sources[i] == SPINE_BRANCH)
         draft.info["spine_continuation"] = cont
         self.counts["spine_continuation"] += cont

@@ -2,18 +2,29 @@
 
 Gated by confidence: an EMA of how often the first drafted token is accepted decides whether drafting pays;
 while it does not, steps are plain (one row), with an occasional probe so the gate can reopen when the text
-starts repeating itself.
+starts repeating itself. Priced (``priced=on``, where the model has a measured verify cost curve): the chain is
+cut to the prefix whose expected accepted tokens pay for its rows, each token priced by the acceptance measured
+at its depth and n-gram length, so on a steep curve (llama.cpp on a CPU: a second row costs most of a step) only
+sure chains are verified, and on a flat one the whole chain is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drafting.budget.acceptance_rates import AcceptanceStats
 from drafting.sources.context import ContextIndex
 from drafting.engine.tree import CONTEXT, Draft, DraftTree
 from drafting.engine.speculator import Settings, Speculator, StepResult, option
 from drafting.errors import SpecError
 from drafting.sources.context import catch_up
+from drafting.speculators.candidates import Candidates
+
+CHAIN_PRIOR = 0.6  # acceptance of a chain token given its parent's, before any is measured
+
+
+def depth_key(ngram: int, depth: int) -> tuple:
+    return ngram, min(depth, 12)
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,8 @@ class PromptLookupSettings(Settings):
     gate: bool = option(True, "skip drafting while the first drafted token is rarely accepted")
     threshold: float = option(0.25, "first-token acceptance EMA below which drafting pauses")
     probe: int = option(6, "while paused, draft again after this many plain steps")
+    priced: bool = option(True, "verify only the chain's prefix that pays on this hardware's measured verify cost "
+                          "curve (acceptance learned per depth); off = the whole match up to draft")
 
     def __post_init__(self):
         if self.min_ngram < 1 or self.max_ngram < self.min_ngram:
@@ -42,7 +55,14 @@ class PromptLookup(Speculator):
         self.index = ContextIndex(range(s.min_ngram, s.max_ngram + 1))
         self.ema = 1.0
         self.paused_steps = 0
-        self.counts = {"offered": 0, "accepted": 0, "drafted_steps": 0, "gated_steps": 0}
+        self.counts = {"offered": 0, "accepted": 0, "drafted_steps": 0, "gated_steps": 0, "priced_out_steps": 0}
+        self.acceptance = AcceptanceStats()
+        self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when priced
+        self._match = None  # the last step's whole match, learned from against what the target emitted
+
+    def bind(self, lm) -> None:
+        if self.settings.priced and self.curve is None and lm.verify_cost is not None:
+            self.curve = lm.verify_cost()
 
     def reset(self, context: list[int]) -> None:
         self.index.reset(context)
@@ -55,18 +75,30 @@ class PromptLookup(Speculator):
     def propose(self, context: list[int]) -> Draft:
         tree = DraftTree(context[-1])
         s = self.settings
+        self._match = None
         if s.gate and self.ema < s.threshold and self.paused_steps < s.probe:
             self.paused_steps += 1
             self.counts["gated_steps"] += 1
             return Draft(tree=tree, info={"route": "gated"})
         m = self.index.match(s.draft)
-        if m.chain:
+        self._match = m if m.chain else None
+        if m.chain and self.curve is not None:
+            cand = Candidates(tree=tree)
+            for d, tok in enumerate(m.chain, start=1):
+                cand.add(tok, d - 1, CONTEXT, depth_key(m.ngram, d), CHAIN_PRIOR)
+            tree, _ = cand.paying(self.acceptance, self.curve.at(len(context) - 1))
+        elif m.chain:
             tree.add_chain(m.chain, 0, CONTEXT)
-        return Draft(tree=tree, info={"route": "chain" if m.chain else "single", "ngram": m.ngram})
+        route = "chain" if len(tree) > 1 else "priced_out" if m.chain else "single"
+        if route == "priced_out":
+            self.counts["priced_out_steps"] += 1
+        return Draft(tree=tree, info={"route": route, "ngram": m.ngram, "match": len(m.chain)})
 
     def observe(self, draft: Draft, result: StepResult) -> None:
         self.index.extend(result.emitted)
         offered = len(draft.tree) - 1
+        if self._match is not None:
+            self.learn(self._match, result.emitted)
         if offered:
             accepted = len(result.accepted) - 1
             self.counts["offered"] += offered
@@ -74,6 +106,15 @@ class PromptLookup(Speculator):
             self.counts["drafted_steps"] += 1
             self.ema = 0.7 * self.ema + 0.3 * (1.0 if accepted else 0.0)
             self.paused_steps = 0
+
+    def learn(self, m, emitted: list[int]) -> None:
+        """Acceptance per depth from the whole match, drafted or priced out: the target's emitted tokens say which
+        of its first tokens it would have accepted (the step's bonus token tests the first undrafted one), so a
+        priced-out chain still teaches the rates that may later price it in."""
+        for d, (tok, got) in enumerate(zip(m.chain, emitted), start=1):
+            self.acceptance.update(depth_key(m.ngram, d), tok == got)
+            if tok != got:
+                break
 
     def stats(self) -> dict:
         return dict(self.counts)
