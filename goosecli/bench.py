@@ -140,6 +140,7 @@ def bench(
         where = f"; {len(results.runs)} finished runs are in {str(json_out)!r}, --resume continues" if json_out else ""
         print(f"goose: interrupted{where}.", file=sys.stderr)
         raise typer.Exit(INTERRUPTED) from None
+    results.failure = results.nothing_finished()
     results.save(complete=True)
     report.tables(results.document(complete=True))
     for line in take_notices():
@@ -147,3 +148,5 @@ def bench(
     report.note(f"memory: peak RSS {gib(peak_rss_bytes())}")
     if json_out:
         report.note(f"results: {json_out}")
+    if results.failure is not None:
+        fail(results.failure.rstrip(".") + ".")

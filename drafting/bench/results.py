@@ -52,6 +52,7 @@ class ResultsFile:
         self.meta = meta
         self.runs: list[dict] = []
         self.skipped: list[dict] = []
+        self.failure: str | None = None  # why a run that finished nothing failed (the command exits non-zero)
         data = read_resumable(path, resume)
         if data is not None:
             self._load(data)
@@ -90,8 +91,19 @@ class ResultsFile:
 
     def document(self, complete: bool) -> dict:
         greedy = self.meta.get("sampling", {}).get("temperature", 0) <= 0
-        return {**self.meta, "complete": complete, "peak_rss_bytes": peak_rss_bytes(), "runs": self.runs,
-                "skipped": self.skipped, "summary": summarize(self.runs, greedy)}
+        doc = {**self.meta, "complete": complete, "peak_rss_bytes": peak_rss_bytes(), "runs": self.runs,
+               "skipped": self.skipped, "summary": summarize(self.runs, greedy)}
+        if self.failure is not None:
+            doc["failure"] = self.failure
+        return doc
+
+    def nothing_finished(self) -> str | None:
+        """One sentence when no prompt produced a run (every one skipped, or none given); None otherwise."""
+        if self.runs:
+            return None
+        why = f"; the first: {self.skipped[0]['reason']}" if self.skipped else ""
+        n = len(self.skipped)
+        return f"No run finished: {n} prompt{'s were' if n != 1 else ' was'} skipped{why}"
 
     def save(self, complete: bool = False) -> None:
         if self.path is None:

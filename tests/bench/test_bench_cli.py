@@ -100,6 +100,17 @@ def test_resume_needs_json(prompt_file):
     assert_clean_failure(goose("bench", prompt_file(GOOD), "--resume"), "--resume needs --json")
 
 
+def test_run_that_finishes_nothing_exits_non_zero(prompt_file, tmp_path):
+    """Every prompt skipped: one sentence, a non-zero exit, and the JSON says why (one finished prompt exits 0,
+    test_run_writes_json_shape_traces_and_skips_overlong_prompt)."""
+    path = prompt_file(json.dumps({"id": "huge", "task": "code", "prompt": "lorem ipsum dolor " * 1500}))
+    out = tmp_path / "out.json"
+    proc = goose("bench", path, "-s", "pld", "-n", "4", "--json", str(out))
+    assert_clean_failure(proc, "No run finished: 1 prompt was skipped")
+    doc = json.loads(out.read_text())
+    assert doc["runs"] == [] and doc["failure"].startswith("No run finished") and "context window" in doc["failure"]
+
+
 RUN_KEYS = {"prompt_id", "task", "speculator", "new_tokens", "wall_s", "steps", "mean_accepted", "draft_s",
             "verify_s", "identical_to_ar", "first_divergence"}
 SUMMARY_KEYS = {"tokens_per_s", "speedup", "mean_accepted", "identical", "prompts"}
