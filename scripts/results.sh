@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate the README's results tables: one `goose bench` run per model and one vllm_bench run, then each
+# Regenerate the README's results tables: one `goose bench` run per model and engine (the llama block needs
+# `make llamacpp-setup llama-server`) and one vllm_bench run (into docs/vllm.md), then each
 # table from its JSON (scripts/results.py). Run it alone on an idle machine: another CPU-heavy process skews every figure.
 # An interrupted run resumes where it stopped (--resume); delete results/ to start afresh.
 set -euo pipefail
@@ -24,14 +25,15 @@ vllm() {  # vLLM's own methods and GooseProposer, checked against the smollm2 ru
   echo "== python -m scripts.vllm_bench $PROMPTS $args" >&2
   # shellcheck disable=SC2086
   VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} .venv-vllm/bin/python -m scripts.vllm_bench "$PROMPTS" $args
-  "$PY" scripts/results.py results/vllm.json --into README.md --block vllm \
+  "$PY" scripts/results.py results/vllm.json --into docs/vllm.md --block vllm \
     --command ".venv-vllm/bin/python -m scripts.vllm_bench $PROMPTS $args"
 }
 
 case "${1:-all}" in
   smollm2|all) run smollm2 results/smollm2.json -s hf-ar,pld,hf-pld,goose -n 128 ;;&
   gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;&
+  llama|all) run llama results/llama.json --engine llama.cpp -s ar,pld,goose,ptd,llama.cpp,llama.cpp-ngram -n 128 ;;&
   vllm|all) vllm ;;
-  smollm2|gemma3) ;;
-  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|vllm]" >&2; exit 2 ;;
+  smollm2|gemma3|llama) ;;
+  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|llama|vllm]" >&2; exit 2 ;;
 esac
