@@ -46,8 +46,9 @@ def cache_dir() -> Path:
 
 
 _SAID: set[str] = set()  # what this process has told the user about its caches
-# errors that say the cache cannot take a write, as opposed to a fault of what is being written
-CANNOT_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+# errors that say the cache cannot take a write, as opposed to a fault of what is being written; ENOENT and
+# ENOTDIR: a cache folder that cannot be made at all (below a file, in /proc)
+CANNOT_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOENT, errno.ENOTDIR}
 
 
 def say_once(topic: str, text: str) -> None:

@@ -476,6 +476,24 @@ def test_bench_with_a_damaged_and_with_a_read_only_cache(caches, one_prompt, tmp
 
 @pytest.mark.slow
 @pytest.mark.heavy
+def test_bench_with_a_cache_that_cannot_be_created(caches, one_prompt, tmp_path):
+    """A cache folder that cannot even be made (below a file, or in /proc) runs as a writable one does, saying so once."""
+    def bench(cache: Path, out: str):
+        done = run([sys.executable, "-m", "goosecli", "bench", str(one_prompt), "-s", "ar,goose", "-n", "8",
+                    "--weights", WEIGHTS, "--json", str(tmp_path / out)], cache)
+        return done, bench_outputs(tmp_path / out)
+
+    _, normal = bench(caches("cache"), "normal.json")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    for name, cache in (("below-a-file", a_file / "cache"), ("in-proc", Path("/proc/goose-cannot-be-made"))):
+        done, outputs = bench(cache, f"{name}.json")
+        assert outputs == normal
+        one_cache_line(done, str(cache))
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_chat_with_a_damaged_and_with_a_read_only_cache(caches):
     def chat(cache: Path, table: Path, as_user: bool = False):
         return run([sys.executable, "-m", "goosecli", "chat", "--plain", "-n", "8", "-s", f"goose:cache={table}",
