@@ -30,9 +30,7 @@ def _tree() -> DraftTree:
 @pytest.mark.parametrize("which", ["small_llama", "llama_lm"])
 def test_a_tree_pass_matches_one_token_passes_node_by_node(which, request):
     lm = request.getfixturevalue(which)
-    fwd = lm.make_forward(lm, None)
-    cache = fwd.new_cache()
-    fwd.prefill(IDS[:PREFIX], cache)
+    fwd, cache = prefilled(lm)
     tree = _tree()
     logits = fwd.step(Draft(tree=tree), cache).clone()
     fwd.crop(cache, PREFIX)  # a step never kept: its rows and borrowed sequences go
@@ -49,13 +47,19 @@ def test_a_tree_pass_matches_one_token_passes_node_by_node(which, request):
             assert int(ref.argmax()) == int(logits[node].argmax())
 
 
+def prefilled(lm):
+    """A forward of ``lm`` and a cache holding the first PREFIX ids."""
+    fwd = lm.make_forward(lm, None)
+    cache = fwd.new_cache()
+    fwd.prefill(IDS[:PREFIX], cache)
+    return fwd, cache
+
+
 def test_draft_rows_hang_from_the_tree_like_ptd_and_lookahead_rows(small_llama):
     """PTD's slots (a chain after the root, rows branching off it) and a row branching off a row: each row's logits
     are its own chain's, fed one token at a time."""
     lm = small_llama
-    fwd = lm.make_forward(lm, None)
-    cache = fwd.new_cache()
-    fwd.prefill(IDS[:PREFIX], cache)
+    fwd, cache = prefilled(lm)
     tree = DraftTree(IDS[PREFIX])
     tree.add(IDS[41], 0, "x")
     t = len(tree)
@@ -72,9 +76,7 @@ def test_draft_rows_hang_from_the_tree_like_ptd_and_lookahead_rows(small_llama):
 
 def test_a_row_sequence_ids_cannot_express_is_refused_in_one_sentence(small_llama):
     lm = small_llama
-    fwd = lm.make_forward(lm, None)
-    cache = fwd.new_cache()
-    fwd.prefill(IDS[:PREFIX], cache)
+    fwd, cache = prefilled(lm)
     tree = DraftTree(IDS[PREFIX])
     tree.add(IDS[41], 0, "x")
     tree.add(IDS[42], 0, "x")
@@ -89,9 +91,7 @@ def test_a_row_sequence_ids_cannot_express_is_refused_in_one_sentence(small_llam
 
 def test_a_draft_larger_than_a_pass_is_refused(small_llama):
     lm = small_llama
-    fwd = lm.make_forward(lm, None)
-    cache = fwd.new_cache()
-    fwd.prefill(IDS[:PREFIX], cache)
+    fwd, cache = prefilled(lm)
     tree = DraftTree(IDS[PREFIX])
     tree.add_chain(list(range(200, 200 + lm.model.settings.batch)), 0, "x")
     with pytest.raises(EngineError, match="larger than a llama.cpp pass"):
