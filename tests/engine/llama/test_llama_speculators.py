@@ -21,7 +21,7 @@ from drafting.speculators import create, registry
 pytest.importorskip("llama_cpp")  # the engine is an extra: `make llamacpp-setup`
 
 # the fixed sizes that make each speculator draft on every step (the defaults of the rest draft by themselves)
-FIXED = {"tr": "tr:budget=24", "iso": "iso:budget=24", "goose": "goose:budget=24", "lookahead": "lookahead:rows=16",
+FIXED = {"pld": "pld:priced=off", "tr": "tr:budget=24", "iso": "iso:budget=24", "goose": "goose:budget=24", "lookahead": "lookahead:rows=16",
          "ptd": "ptd:rows=16"}
 SPECS = [FIXED.get(name, name) for name in registry() if name != "ar"]
 
