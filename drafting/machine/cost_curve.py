@@ -80,6 +80,9 @@ class PrefixCost:
     long: CostCurve | None = None
     short_prefix: int = SHORT_PREFIX
     long_prefix: int = LONG_PREFIX
+    # what the run's own drafted steps say their rows past the first cost, as a multiple of what the curves say
+    # (drafting.machine.curve_watch): a curve measured in another run, or on other shapes, can price them low
+    extra_rows: float = 1.0
 
     def _weight(self, prefix: int) -> float:
         return max(0.0, (prefix - self.short_prefix) / (self.long_prefix - self.short_prefix))
@@ -91,12 +94,20 @@ class PrefixCost:
         a = self.short.one_row()
         return a + self._weight(prefix) * (self.long.one_row() - a)
 
-    def at(self, prefix: int) -> CostCurve:
+    def at(self, prefix: int, measured: bool = False) -> CostCurve:
+        """The curve after ``prefix`` cached tokens, its rows past the first scaled by ``extra_rows`` (as measured:
+        ``measured=True``)."""
         if self.long is None:
-            return self.short
-        f = self._weight(prefix)
-        seconds = [a + f * (b - a) for a, b in zip(self.short.seconds, self.long.seconds)]
-        return CostCurve(sizes=list(self.short.sizes), seconds=seconds, one_row_s=self.one_row(prefix))
+            curve = self.short
+        else:
+            f = self._weight(prefix)
+            seconds = [a + f * (b - a) for a, b in zip(self.short.seconds, self.long.seconds)]
+            curve = CostCurve(sizes=list(self.short.sizes), seconds=seconds, one_row_s=self.one_row(prefix))
+        if measured or self.extra_rows == 1.0:
+            return curve
+        one = curve.seconds[0]
+        return CostCurve(sizes=list(curve.sizes), seconds=[one + self.extra_rows * (s - one) for s in curve.seconds],
+                         one_row_s=curve.one_row_s)
 
 
 def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> PrefixCost:

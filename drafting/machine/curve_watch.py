@@ -10,6 +10,11 @@ every step (``note_step``); a watch registered for the model (``watch``) collect
 - slower by more than ``DRIFT`` while other processes hold the cores: the machine is oversubscribed; the curve
   is kept (a busy machine's figures must not shape later runs) and one notice says so (``take_notices``).
 
+The drafted steps are checked too, against the one-row steps around them: what their rows past the first cost,
+relative to the curve's price for them, becomes the curve's ``extra_rows`` (the median of each ``WINDOW`` of
+them). A curve measured on a quieter machine, or on a star where the run verifies chains, can price extra rows
+too low on an engine whose batches cost nearly their size; budgets then draft what does not pay.
+
 Measuring takes seconds on a small model and minutes on a large one, so a re-measure says so on stderr when it
 starts, and a watch measures at most ``MAX_REMEASURES`` times: a curve still off after that disagrees with the
 steps for a reason measuring again cannot fix, and a notice says it is kept. The steps are compared with the
@@ -43,6 +48,8 @@ class CurveWatch:
         self.cost = cost  # drafting.machine.cost_curve.PrefixCost, replaced in place on a re-measure
         self.rebuild = rebuild  # measures afresh and returns a new PrefixCost; holds its model weakly (``detached``)
         self.ratios: list[float] = []
+        self.one_row_ratio: float | None = None  # the latest window's one-row steps against the curve
+        self.extra: list[float] = []  # drafted steps' extra rows against the curve's price for them
         self.remeasured = 0
         self.busy: str | None = None  # set once the machine was seen oversubscribed
         self.last_prefix: int | None = None  # cache length of the latest step (any size)
@@ -52,14 +59,31 @@ class CurveWatch:
 
     def observe(self, rows: int, prefix: int, seconds: float) -> None:
         self.last_prefix = prefix
-        if rows != 1 or seconds <= 0:
+        if seconds <= 0:
+            return
+        if rows > 1:
+            self._observe_drafted(rows, prefix, seconds)
             return
         self.ratios.append(seconds / self.cost.one_row(prefix))
         if len(self.ratios) >= WINDOW:
             self._check()
 
+    def _observe_drafted(self, rows: int, prefix: int, seconds: float) -> None:
+        if self.one_row_ratio is None or rows > self.cost.short.sizes[-1]:
+            return
+        curve = self.cost.at(prefix, measured=True)
+        priced = curve.time(rows) - curve.time(1)
+        if priced <= 0:
+            return
+        # the step in the curve's units (its one-row steps as the latest window found them), less a one-row step
+        self.extra.append((seconds / self.one_row_ratio - self.cost.one_row(prefix)) / priced)
+        if len(self.extra) >= WINDOW:
+            self.cost.extra_rows = min(4.0, max(0.5, sorted(self.extra)[len(self.extra) // 2]))
+            self.extra = []
+
     def _check(self) -> None:
         ratio = sorted(self.ratios)[len(self.ratios) // 2]
+        self.one_row_ratio = ratio
         load = self._meter.stop()
         self.ratios = []
         if 1 / (1 + DRIFT) <= ratio <= 1 + DRIFT:
@@ -84,6 +108,7 @@ class CurveWatch:
         fresh = self.rebuild()
         self.cost.short, self.cost.long = fresh.short, fresh.long
         self.cost.short_prefix, self.cost.long_prefix = fresh.short_prefix, fresh.long_prefix
+        self.cost.extra_rows, self.extra = 1.0, []
         self.remeasured += 1
         self._meter = LoadMeter().start()
 

@@ -156,3 +156,23 @@ def test_a_cached_curve_of_other_sizes_is_measured_again(tiny_lm, tmp_path, monk
         assert cost_curve(tiny_lm).seconds == stored["seconds"]  # and read back from the cache, not measured
     else:
         assert stored["seconds"] == old.seconds
+
+
+@pytest.mark.parametrize("busy", [1.0, 2.0])
+def test_drafted_steps_set_the_price_of_extra_rows(busy):
+    """Drafted steps whose rows past the first cost 1.5 times what the curve says make the curve price them so,
+    judged against the one-row steps around them (a machine twice as slow for both says the same)."""
+    from drafting.machine.curve_watch import WINDOW, CurveWatch
+
+    cost = PrefixCost(CostCurve(sizes=[1, 2, 4], seconds=[1.0, 1.5, 2.5]))
+    w = CurveWatch(cost, rebuild=lambda: cost)
+    for _ in range(WINDOW):
+        w.observe(4, 100, busy * 3.25)  # before any one-row window: no yardstick yet, ignored
+    assert cost.extra_rows == 1.0
+    for _ in range(WINDOW):
+        w.observe(1, 100, busy * 1.0)
+    for _ in range(WINDOW):
+        w.observe(4, 100, busy * (1.0 + 1.5 * 1.5))
+    assert cost.extra_rows == pytest.approx(1.5)
+    assert cost.at(100).time(4) == pytest.approx(3.25) and cost.at(100).time(2) == pytest.approx(1.75)
+    assert cost.at(100).time(1) == 1.0 and cost.at(100, measured=True).time(4) == 2.5
