@@ -33,6 +33,20 @@ def best_prefix(path_probs: Sequence[float], curve, overhead_s: float = 0.0, max
     return best_n
 
 
+def most_paying_nodes(best: float, curve, max_nodes: int, overhead_s: float = 0.0) -> int:
+    """At most how many nodes a paying draft can have when each node's path probability is ``best`` or less (0:
+    no such draft pays, up to ``max_nodes``). ``n`` nodes then emit at most ``1 + n·best`` tokens, which beats a
+    plain step only if ``best > (time(n + 1) - time(1)) / (n · (overhead + time(1)))``. Between two of the curve's
+    sizes that bound is monotone in ``n``, so it is read at the sizes alone, and the answer runs to the end of the
+    last stretch that pays somewhere."""
+    one = overhead_s + curve.time(1)
+    rows = [r for r in curve.sizes if 1 < r <= max_nodes] + [max_nodes + 1]
+    pays = [i for i, r in enumerate(rows) if (curve.time(r) - curve.time(1)) / ((r - 1) * one) < best]
+    if not pays:
+        return 0
+    return rows[min(pays[-1] + 1, len(rows) - 1)] - 1
+
+
 def paying_nodes(parents: Sequence[int], accept: Sequence[float], curve, overhead_s: float = 0.0, riders: int = 0,
                  ranked: bool = True) -> list[int]:
     """The nodes (ascending, root excluded) of the candidate tree worth verifying: ``accept[i]`` is node i's

@@ -70,6 +70,14 @@ def spine_prior(conf: float) -> float:
     return 0.3 + 0.6 * conf
 
 
+def branch_key(source: str, score: float, level: int):
+    return (source, score_bucket(score), min(level, 3))
+
+
+def branch_prior(score: float) -> float:
+    return 0.8 * score
+
+
 def grow_branch(cand: Candidates, table, start: int, before: int, budget: int, source: str, *, k: int = 10,
                 min_score: float = 0.01, max_depth: int = 6, bigram: bool = True) -> int:
     """BFS from node ``start`` adding at most ``budget`` adjacency successors; returns the nodes added.
@@ -93,7 +101,7 @@ def grow_branch(cand: Candidates, table, start: int, before: int, budget: int, s
         width = max(1, width)
         for j in range(width):
             s = float(scores[j])
-            idx = cand.add(int(succ[j]), node, source, (source, score_bucket(s), min(level + 1, 3)), 0.8 * s)
+            idx = cand.add(int(succ[j]), node, source, branch_key(source, s, level + 1), branch_prior(s))
             if idx is None:  # the spine (or a sibling) already holds this token
                 continue
             added += 1
@@ -170,14 +178,32 @@ class Goose(TreeSpeculator):
         m = self.matcher.spine(extend=use_conf)
         base = 60 if self.auto else int(s.budget)
         plan = plan_budget(len(m.chain), m.confidence, self.ema, base, s.rho, use_conf, full_spine=self.auto)
-        cand = build_spine_tree(
-            context[-1], self._before_root, m.chain, m.confidence, plan, self.table,
-            k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram,
-        )
         self._spine = (m.chain[: plan.spine], m.confidence)
+        room = self.paying_room(self.best_first_node(context[-1], m, plan), plan.budget)
+        if room:
+            cand = build_spine_tree(
+                context[-1], self._before_root, m.chain, m.confidence, plan, self.table,
+                k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram,
+            )
+        else:  # on this step's cost curve no tree under these first nodes pays: skip growing it
+            cand = Candidates(tree=DraftTree(context[-1]))
         cand.info = {"budget": plan.budget, "confidence": round(m.confidence, 3), "ema": round(self.ema, 3),
                      "bypass": int(plan.bypass), "chain": len(m.chain)}
         return cand
+
+    def best_first_node(self, root: int, m, plan: SpinePlan) -> float:
+        """The highest acceptance estimate among the nodes the tree would hang off its root (the spine's first,
+        the root alternatives): every node's path probability is at most that."""
+        s = self.settings
+        best = 0.0
+        if plan.spine:
+            best = self.acceptance.estimate(spine_key(m.confidence, 1), spine_prior(m.confidence))
+        if plan.root:
+            succ, scores = self.table.successors(self._before_root, root, s.bigram)
+            for score in scores[: s.k]:
+                if score >= s.min_score:
+                    best = max(best, self.acceptance.estimate(branch_key(ROOT_ALT, score, 1), branch_prior(score)))
+        return best
 
     def learn_undrafted_spine(self, drafted: int, path: list[int], sources: list[str], emitted: list[int]) -> None:
         """Where the budget cut the spine and every drafted spine node was accepted, the step's bonus token says

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from drafting.budget.acceptance_rates import AcceptanceStats
+from drafting.budget.selection import most_paying_nodes
 from drafting.disk_cache import note_damaged, note_unwritable
 from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable, DamagedAdjacencyCache
 from drafting.sources.context import SpineMatcher
@@ -97,6 +98,8 @@ class TreeSpeculator(Speculator):
         self._last: Draft | None = None
         self._before_root = -1
         self._t_propose = 0.0
+        self._pricing = None  # this step's cost curve (at the cache length it is verified at), when budget=auto
+        self._gated = False  # this step's tree was not grown: nothing under its first nodes could pay (paying_room)
         self._cache_path: Path | None = None
         if s.cache:
             self.use_cache(s.cache)
@@ -166,12 +169,15 @@ class TreeSpeculator(Speculator):
     def propose(self, context: list[int]) -> Draft:
         t0 = time.perf_counter()
         self._before_root = context[-2] if len(context) > 1 else -1
+        # priced at the tokens cached when it is verified
+        self._pricing = self.curve.at(len(context) - 1) if self.auto and self.curve is not None else None
+        self._gated = False
         cand = self.candidates(context)
         tree, keys = cand.tree, cand.keys
         info = dict(cand.info)
-        if self.auto and self.curve is not None and len(tree) > 1:
-            # priced at the tokens cached when it is verified
-            tree, keys = cand.paying(self.acceptance, self.curve.at(len(context) - 1), self.overhead_s)
+        if self._pricing is not None:
+            if len(tree) > 1:
+                tree, keys = cand.paying(self.acceptance, self._pricing, self.overhead_s)
             info["budget"] = len(tree) - 1
         info["route"] = route_of(tree)
         draft = Draft(tree=tree, info=info)
@@ -179,10 +185,20 @@ class TreeSpeculator(Speculator):
         self._t_propose = time.perf_counter() - t0
         return draft
 
+    def paying_room(self, best: float, max_nodes: int) -> int:
+        """At most how many nodes of a draft whose path probabilities are all ``best`` or less pay on this step's
+        cost curve (``max_nodes`` without a curve). 0 marks the step gated: no tree is grown and its one row is
+        not harvested (where nothing pays the table feeds nothing)."""
+        pricing = self._pricing
+        room = max_nodes if pricing is None else most_paying_nodes(best, pricing, max_nodes, self.overhead_s)
+        self._gated = room == 0
+        return room
+
     def observe(self, draft: Draft, result: StepResult) -> None:
         t0 = time.perf_counter()
         tree = draft.tree
-        self.table.harvest_tree(tree, self._before_root, result.logits[: len(tree)])
+        if not (self._gated and draft is self._last):
+            self.table.harvest_tree(tree, self._before_root, result.logits[: len(tree)])
         self.matcher.extend(result.emitted)
         path = result.accepted
         sources = tree.sources

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from drafting.budget.acceptance_rates import AcceptanceStats
-from drafting.budget.selection import best_first, best_prefix, paying_nodes
+from drafting.budget.selection import best_first, best_prefix, most_paying_nodes, paying_nodes
 from drafting.machine.verify_cost import is_sane, monotone
 from drafting.machine.cost_curve import CostCurve, PrefixCost
 from drafting.sources.adjacency import AdjacencyTable
@@ -214,6 +214,50 @@ def test_auto_budget_shrinks_after_a_long_prompt(table):
     cost = PrefixCost(FLAT, STEEP, 4, 16)  # this context's cache length (16) reads the steep curve
     short_cost = PrefixCost(FLAT, STEEP, 16, 1000)  # ... here it reads the flat one
     assert len(_auto_draft("goose", cost, table, context).tree) < len(_auto_draft("goose", short_cost, table, context).tree)
+
+
+@pytest.mark.parametrize("overhead_s", [0.0, 0.01])
+def test_most_paying_nodes_never_cuts_off_a_draft_that_pays(overhead_s):
+    """Against every draft size: where n nodes of path probability ``best`` each would beat a plain step, the
+    bound lets at least n through; where no size would, it is 0."""
+    gen = torch.Generator().manual_seed(1)
+    for curve in [STEEP, FLAT] + [CostCurve(sizes=[1, 2, 3, 4, 8, 16], seconds=sorted(
+            (0.01 + torch.rand(6, generator=gen) * 0.1).tolist())) for _ in range(20)]:
+        for best in [0.05, 0.2, 0.4, 0.6, 0.8, 0.95, 1.0]:
+            plain = 1 / (overhead_s + curve.time(1))
+            paying = [n for n in range(1, 41) if (1 + n * best) / (overhead_s + curve.time(n + 1)) > plain]
+            room = most_paying_nodes(best, curve, 40, overhead_s)
+            assert room >= max(paying, default=0) and (room == 0) == (not paying), (curve.seconds, best, room)
+
+
+def test_goose_grows_no_tree_and_harvests_nothing_where_nothing_can_pay():
+    """A step whose first nodes cannot pay on the curve is a plain step at a plain step's cost: no candidate tree,
+    no harvest of its one row; on a flat curve the same step drafts and harvests."""
+    from drafting.engine.speculator import StepResult
+
+    context = [3, 9, 21, 40, 2]  # no repeat: no spine, only the table's root alternatives
+    steep = CostCurve(sizes=[1, 2, 4, 8], seconds=[0.010, 0.020, 0.040, 0.080])  # every row costs a whole step
+    for curve, drafts in ((steep, False), (FLAT, True)):
+        s = create("goose")
+        s.table = AdjacencyTable(k=10)
+        s.table.harvest(list(range(V)), [-1] * V, torch.stack([table_logits(t) for t in range(V)]))
+        s.curve = PrefixCost(curve)
+        s.reset(context)
+        draft = s.propose(context)
+        assert (len(draft.tree) > 1) == drafts
+        logits = torch.zeros(len(draft.tree), V)
+        logits[:, 7] = 9.0  # the target predicts 7 after every node
+        s.observe(draft, StepResult(logits=logits, accepted=[0], emitted=[7], prefix_len=len(context) - 1))
+        harvested = int(s.table.successors(-1, context[-1])[0][0]) == 7
+        assert harvested == drafts
+
+
+def table_logits(t: int) -> torch.Tensor:
+    """The ``table`` fixture's row for token t: t+1 .. t+10 with falling scores (the first near 0.45)."""
+    row = torch.full((V,), -20.0)
+    for r in range(10):
+        row[(t + 1 + r) % V] = 5.0 - 0.6 * r
+    return row
 
 
 def test_goose_spine_is_chosen_first_under_auto(table):
