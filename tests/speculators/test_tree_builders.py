@@ -203,7 +203,12 @@ def test_auto_budget_small_on_steep_and_large_on_flat_curves(table, name):
 
 def test_prefix_cost_interpolates_in_cache_length():
     cost = PrefixCost(FLAT, STEEP, 256, 1256)
-    assert cost.at(256).seconds == FLAT.seconds and cost.at(100).seconds == FLAT.seconds
+    assert cost.at(256).seconds == FLAT.seconds
+    # below the short prefix the line goes on down, to half the short curve at most
+    f = (100 - 256) / 1000
+    assert cost.at(100).seconds == pytest.approx([max(a + f * (b - a), a / 2) for a, b in zip(FLAT.seconds, STEEP.seconds)])
+    assert cost.at(0).seconds[0] < cost.at(100).seconds[0] < FLAT.seconds[0]
+    assert cost.one_row(100) == pytest.approx(cost.at(100).seconds[0])
     mid = cost.at(756).seconds
     assert mid == pytest.approx([(a + b) / 2 for a, b in zip(FLAT.seconds, STEEP.seconds)])
     assert PrefixCost(FLAT).at(5000) is FLAT  # no long curve: the short one everywhere
