@@ -100,6 +100,9 @@ class CurveWatch:
         self._meter = LoadMeter().start()
 
     def settle(self) -> None:
+        # the load is read over this run's steps only: between runs a bench runs other rows (llama.cpp's own
+        # server among them), whose cores are not others' while this run decodes
+        self._meter.start()
         if not self.pending:
             return
         self.pending = False

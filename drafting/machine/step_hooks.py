@@ -21,8 +21,12 @@ class CurveWatchHook(DecodeHook):
 class ThreadShareHook(DecodeHook):
     """Gives threads up while other processes hold the cores (drafting.machine.thread_share)."""
 
+    def before_run(self, run) -> None:
+        thread_share.run_starts(run.lm.device)
+
     def after_step(self, run, step: StepDone) -> None:
-        shared = thread_share.tick(run.lm.device)
+        # a network that runs its own threads (llama.cpp's) says so with set_threads
+        shared = thread_share.tick(run.lm.device, getattr(run.lm.model, "set_threads", None))
         if shared:
             notice(shared)
 

@@ -37,8 +37,15 @@ class ThreadShare:
         self._meter = LoadMeter().start()
         self._t = time.perf_counter()
 
-    def tick(self) -> str | None:
-        """Adjust the thread count if the last second says so; returns a notice when it first gives cores up."""
+    def run_starts(self) -> None:
+        """Read the load from now: the time between runs (a bench's other rows, llama.cpp's own server among
+        them) says nothing about who holds the cores while this run decodes."""
+        self._meter.start()
+        self._t = time.perf_counter()
+
+    def tick(self, own_threads=None) -> str | None:
+        """Adjust the thread count if the last second says so; returns a notice when it first gives cores up.
+        ``own_threads(n)`` sets the threads of an engine that runs its own (llama.cpp) besides torch's."""
         if not self.enabled or self.ceiling < 2:
             return None
         now = time.perf_counter()
@@ -53,6 +60,8 @@ class ThreadShare:
         if want == torch.get_num_threads():
             return None
         torch.set_num_threads(want)
+        if own_threads is not None:
+            own_threads(want)
         was_shared, self.shared = self.shared, want < self.ceiling
         if self.shared and not was_shared:
             return (f"sharing the cores: {load.describe()}, so goose decodes on {want} of {self.ceiling} "
@@ -63,11 +72,23 @@ class ThreadShare:
 _SHARE: ThreadShare | None = None
 
 
-def tick(device) -> str | None:
-    """The decode loop's per-step call (CPU only)."""
+def _share(device) -> ThreadShare | None:
     global _SHARE
     if device.type != "cpu":
         return None
     if _SHARE is None:
         _SHARE = ThreadShare()
-    return _SHARE.tick()
+    return _SHARE
+
+
+def run_starts(device) -> None:
+    """A decode run's first call (CPU only)."""
+    share = _share(device)
+    if share is not None:
+        share.run_starts()
+
+
+def tick(device, own_threads=None) -> str | None:
+    """The decode loop's per-step call (CPU only); ``own_threads``: see ``ThreadShare.tick``."""
+    share = _share(device)
+    return None if share is None else share.tick(own_threads)

@@ -67,6 +67,28 @@ def test_threads_follow_the_cores_other_processes_leave():
     assert threads_for(load(0.0), 1) == 1  # never above what the process was given
 
 
+def test_sharing_the_cores_sets_an_engines_own_threads_too():
+    """llama.cpp decodes on threads of its own: giving cores up must reach them, not torch's alone."""
+    import torch
+
+    from drafting.machine.load import Load
+    from drafting.machine.thread_share import ThreadShare
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    share = ThreadShare()
+    share.enabled, share.ceiling = True, 2
+    set_to = []
+    try:
+        for others in (1.0, 0.0):
+            share._meter.stop = lambda: Load(others_cores=others, steal_cores=0.0, own_cores=1.0, cores=2, wall_s=1.0)
+            share._t = 0.0  # the last reading is long past
+            share.tick(set_to.append)
+        assert set_to == [1, 2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_thread_sharing_stays_out_of_the_way_of_a_users_choice():
     from drafting.machine.openmp import describe_settings, user_chose
 
