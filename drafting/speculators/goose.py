@@ -18,6 +18,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from drafting.budget.selection import most_paying_nodes
 from drafting.engine.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
 from drafting.engine.speculator import Settings, StepResult, option
 from drafting.speculators.tree_base import (
@@ -68,6 +69,9 @@ def spine_key(conf: float, depth: int):
 
 def spine_prior(conf: float) -> float:
     return 0.3 + 0.6 * conf
+
+
+BRANCH_SCORES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9, 1.0)  # the top of each score bucket (tree_base)
 
 
 def branch_key(source: str, score: float, level: int):
@@ -190,6 +194,19 @@ class Goose(TreeSpeculator):
         cand.info = {"budget": plan.budget, "confidence": round(m.confidence, 3), "ema": round(self.ema, 3),
                      "bypass": int(plan.bypass), "chain": len(m.chain)}
         return cand
+
+    @property
+    def prefill_logit_rows(self) -> int | None:
+        """None of the prompt's logits where no root alternative could pay on the cost curve (a CPU's llama.cpp):
+        each harvested row costs the output layer over the vocabulary, 0.1 s a prompt on the embedded model and
+        over 1 s on a 1.5B one with a 150k vocabulary, for table rows no step would draft."""
+        rows = super().prefill_logit_rows
+        if rows != 0 and self.auto and self.curve is not None:
+            best = max(self.acceptance.estimate(branch_key(ROOT_ALT, score, 1), branch_prior(score))
+                       for score in BRANCH_SCORES)
+            if not most_paying_nodes(best, self.curve.at(0), self.settings.k, self.overhead_s):
+                return 0
+        return rows
 
     def best_first_node(self, root: int, m, plan: SpinePlan) -> float:
         """The highest acceptance estimate among the nodes the tree would hang off its root (the spine's first,

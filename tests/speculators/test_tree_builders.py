@@ -237,7 +237,7 @@ def test_most_paying_nodes_never_cuts_off_a_draft_that_pays(overhead_s):
 
 def test_goose_grows_no_tree_and_harvests_nothing_where_nothing_can_pay():
     """A step whose first nodes cannot pay on the curve is a plain step at a plain step's cost: no candidate tree,
-    no harvest of its one row; on a flat curve the same step drafts and harvests."""
+    no harvest of its one row, and no prompt logits asked for; on a flat curve the same step drafts and harvests."""
     from drafting.engine.speculator import StepResult
 
     context = [3, 9, 21, 40, 2]  # no repeat: no spine, only the table's root alternatives
@@ -248,6 +248,7 @@ def test_goose_grows_no_tree_and_harvests_nothing_where_nothing_can_pay():
         s.table.harvest(list(range(V)), [-1] * V, torch.stack([table_logits(t) for t in range(V)]))
         s.curve = PrefixCost(curve)
         s.reset(context)
+        assert (s.prefill_logit_rows != 0) == drafts  # the prompt's logits would feed only such steps
         draft = s.propose(context)
         assert (len(draft.tree) > 1) == drafts
         logits = torch.zeros(len(draft.tree), V)
