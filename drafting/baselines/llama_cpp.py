@@ -74,6 +74,7 @@ class LlamaCppRunner:
             self.llm = Llama(
                 model_path=str(path), n_ctx=min(lm.max_context, CONTEXT), n_threads=self.threads,
                 n_threads_batch=self.threads, draft_model=draft, verbose=False,
+                use_mmap=False,  # as goose's own engine reads it (drafting.engine.llama.net): same memory, same speed
                 n_gpu_layers=-1 if lm.device.type == "cuda" else 0,  # all layers on the GPU when goose uses one
                 # with a draft model it reads logits of every position, but sizes its buffer by logits_all
                 logits_all=pld,

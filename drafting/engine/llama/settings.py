@@ -41,6 +41,8 @@ class LlamaSettings:
             raise ValueError(f"llama.cpp GPU layers must be -1 (all), 0 or a number of layers, not {self.gpu_layers!r}.")
         if not isinstance(self.sequences, int) or not 2 <= self.sequences <= MAX_SEQUENCES:
             raise ValueError(f"llama.cpp sequences must be between 2 and {MAX_SEQUENCES}, not {self.sequences!r}.")
+        if self.sequences > self.batch:  # llama.cpp aborts the process making such a context (its output buffer)
+            raise ValueError(f"llama.cpp sequences ({self.sequences}) must be at most the batch ({self.batch}).")
 
     @property
     def thread_count(self) -> int:
