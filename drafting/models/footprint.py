@@ -2,7 +2,9 @@
 that cannot fit is refused in one sentence instead of pushing the machine into swap or the kernel's OOM killer.
 
 The weights dominate: their element count times the size of the load dtype. A GGUF seen for the first time is
-also converted once (drafting.models.gguf_convert): the de-quantised float32 model plus the copy written out.
+also converted once (drafting.models.gguf_convert), tensor by tensor, which needs far less than the load after it;
+only a file transformers must read whole (its packed-weight architectures) needs the de-quantised float32 model
+plus the copy written out.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from drafting.errors import ModelError
 from drafting.machine.memory import available_bytes, gib
 
-CONVERSION_BYTES_PER_WEIGHT = 4 + 2  # the float32 model transformers de-quantises into, its bfloat16 copy written out
+CONVERSION_BYTES_PER_WEIGHT = 4 + 2  # a whole conversion: the float32 model transformers de-quantises into, its copy
 
 
 def folder_weights(folder: Path) -> int | None:

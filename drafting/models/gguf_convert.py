@@ -21,7 +21,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,6 +36,8 @@ from drafting.disk_cache import (
     temporary_beside,
 )
 from drafting.models.footprint import check_room
+from drafting.models.gguf_stream import NotStreamable, meta_model, streamed_tensors, tied_heads
+from drafting.models.safetensors_stream import ShardWriter
 
 # Bump when the folder layout changes: older folders are then rebuilt instead of being trusted.
 CACHE_FORMAT = 2
@@ -76,6 +77,12 @@ def is_finished(folder: Path) -> bool:
             (folder / name).is_file() for name in sizes)
     except (OSError, ValueError, TypeError, AttributeError):
         return False
+
+
+def is_converted(gguf: Path) -> bool:
+    """Whether this process can use a whole conversion of ``gguf`` without converting it."""
+    folder = cached_folder(gguf)
+    return folder in _OUTSIDE or is_finished(folder)
 
 
 def ensure_converted(gguf: Path) -> Path:
@@ -129,17 +136,6 @@ def storage_dtype(tensor: torch.Tensor, round_to_bf16: bool) -> torch.dtype:
     return torch.float32
 
 
-def _tensors_to_store(model) -> dict[str, torch.Tensor]:
-    """The state dict under transformers' names, a tied output embedding left out: loaders tie it again from
-    the input embedding (vLLM skips ``lm_head`` when the config says tied, so it must not be the only copy)."""
-    state = model.state_dict()
-    out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
-    if out_emb is None or in_emb is None or out_emb.weight is not in_emb.weight:
-        return state
-    heads = {f"{name}.weight" for name, module in model.named_modules(remove_duplicate=False) if module is out_emb}
-    return {name: tensor for name, tensor in state.items() if name not in heads}
-
-
 def convert_gguf(gguf: Path, folder: Path, exact_up_to_bytes: int = EXACT_UP_TO_BYTES) -> None:
     """De-quantise ``gguf`` and save it at ``folder`` as a standard transformers folder: written into a
     temporary folder of this process beside it, then renamed into place (where another process put a whole
@@ -176,21 +172,23 @@ def _move_into_place(tmp: Path, folder: Path) -> None:
 
 
 def _write_conversion(gguf: Path, tmp: Path, exact_up_to_bytes: int) -> None:
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     types, weights = gguf_tensors(gguf)
-    check_room(gguf.name, weights, torch.float32, converting=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tensors = _tensors_to_store(model)
-    float32_bytes = sum(t.numel() * 4 for t in tensors.values() if t.is_floating_point())
-    round_to_bf16 = is_quantised(types) and float32_bytes > exact_up_to_bytes
-    stored = {name: t.to(storage_dtype(t, round_to_bf16)).contiguous() for name, t in tensors.items()}
-    by_dtype: dict[torch.dtype, int] = {}
-    for t in stored.values():
-        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.numel() * t.element_size()
-    main_dtype = max(by_dtype, key=by_dtype.get)
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = meta_model(config)
+    try:
+        tensors = streamed_tensors(gguf, model)  # one tensor at a time: the load after it needs more
+    except NotStreamable:
+        check_room(gguf.name, weights, torch.float32, converting=True)
+        model, tensors = _whole_model(gguf)
+    round_to_bf16 = is_quantised(types) and weights * 4 > exact_up_to_bytes
+    writer = ShardWriter(tmp)
+    for name, tensor in tensors:
+        writer.add(name, tensor.to(storage_dtype(tensor, round_to_bf16)))
+    del tensors
+    writer.close()
+    main_dtype = max(writer.bytes_by_dtype, key=writer.bytes_by_dtype.get)
 
     config = model.config
     if hasattr(config, "quantization_config"):
@@ -200,16 +198,19 @@ def _write_conversion(gguf: Path, tmp: Path, exact_up_to_bytes: int) -> None:
     config.save_pretrained(tmp)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        save_file(stored, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    except Exception as exc:  # safetensors reports a failed write as its own error, with the OS's error in its text
-        code = re.search(r"\(os error (\d+)\)", str(exc))
-        if code is None:
-            raise
-        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(tmp)) from exc
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
     info = {"source": str(gguf), "format": CACHE_FORMAT, "gguf_tensor_types": sorted(types),
-            "stored_bytes": {str(k).replace("torch.", ""): v for k, v in sorted(by_dtype.items(), key=str)},
+            "stored_bytes": {str(k).replace("torch.", ""): v for k, v in sorted(writer.bytes_by_dtype.items(), key=str)},
             "rounded_to_bfloat16": round_to_bf16,
             "file_sizes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
     (tmp / "goose.json").write_text(json.dumps(info, indent=1))  # last: its presence says the rest is whole
+
+
+def _whole_model(gguf: Path):
+    """transformers' float32 model of the whole file and its tensors to store (a tied head left out), for files
+    that cannot be read tensor by tensor."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    heads = tied_heads(model)
+    return model, ((name, t) for name, t in model.state_dict().items() if name not in heads)

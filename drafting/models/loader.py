@@ -18,10 +18,11 @@ from drafting.engine.hf import transformers_forward
 from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.footprint import check_room, folder_weights
-from drafting.models.gguf_convert import ensure_converted
+from drafting.models.gguf_convert import ensure_converted, gguf_tensors, is_converted
 from drafting.models.llama_loader import load_llama
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
 from drafting.models.packaged import PACKAGED, PackagedModel, packaged_gguf
+from drafting.models.streamed_load import load_streamed
 from drafting.weights.float import FLOAT
 from drafting.weights.formats import AUTO, WEIGHT_FORMATS, apply_format, format_key, resolve_format
 from drafting.weights.probe import choose_format
@@ -74,10 +75,15 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool):
+def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool,
+                 converted: bool = False):
+    """The folder's model and tokenizer; a folder goose ``converted`` from a GGUF file (no device map) is read
+    tensor by tensor (drafting.models.streamed_load)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    if converted and not device_map:
+        return load_streamed(folder, dtype), tokenizer
     kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
     if device_map:
         kwargs["device_map"] = device_map
@@ -142,10 +148,12 @@ def load_model(
     gguf = source if isinstance(source, Path) and source.suffix == ".gguf" else None
     try:
         if gguf is not None:
-            source = ensure_converted(gguf)  # refused first where converting would not fit
+            if not is_converted(gguf):  # refused before converting a model that could not be loaded
+                check_room(name, gguf_tensors(gguf)[1], dt)
+            source = ensure_converted(gguf)
         if isinstance(source, Path):
             check_room(name, folder_weights(source), dt)
-            net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code)
+            net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code, converted=gguf is not None)
         else:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -7,6 +7,7 @@ import importlib
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -254,14 +255,70 @@ def test_a_model_that_cannot_fit_is_refused_before_loading(embedded_folder, monk
     assert lm.dtype == torch.bfloat16
 
 
-def test_converting_a_gguf_that_cannot_fit_is_refused(small_gguf, tmp_path, monkeypatch):
+def test_a_gguf_that_cannot_fit_is_refused_before_converting(small_gguf, tmp_path, monkeypatch):
     from drafting.models import footprint
 
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 10**7)
+    with pytest.raises(ModelError, match=re.escape(str(small_gguf)) + r" does not fit: it needs about 0\.[0-9] GB "
+                                         r"for its weights in float32 and 0\.0 GB of memory is available; close other programs; try "
+                                         r"--dtype bfloat16\.$"):
+        load_model(str(small_gguf), device="cpu", dtype="float32", weights="float")
+    assert not (tmp_path / "cache" / "gguf").exists()  # nothing converted
+
+
+def test_a_whole_conversion_that_cannot_fit_is_refused(small_gguf, tmp_path, monkeypatch):
+    """A file transformers reads only whole (not tensor by tensor) needs its float32 model and the copy."""
+    from drafting.models import footprint, gguf_convert
+
+    def not_streamable(gguf, model):
+        raise gguf_convert.NotStreamable("read whole")
+
+    monkeypatch.setattr(gguf_convert, "streamed_tensors", not_streamable)
     monkeypatch.setattr(footprint, "available_bytes", lambda: 10**8)
     with pytest.raises(ModelError, match=r"^small-f16.gguf does not fit: it needs about 0\.[1-9] GB to convert its "
                                          r"GGUF file once and 0\.1 GB of memory is available; close other programs\.$"):
         convert_gguf(small_gguf, tmp_path / "converted")
     assert not (tmp_path / "converted").exists()
+
+
+def test_streamed_and_whole_conversions_and_loads_agree(small_gguf, tmp_path, monkeypatch):
+    """The tensor-by-tensor conversion, in shards, stores what transformers' whole-file reading gives; transformers
+    reads the sharded folder, and goose's tensor-by-tensor load builds the very model transformers builds."""
+    from transformers import AutoModelForCausalLM
+
+    from drafting.models import gguf_convert, safetensors_stream
+    from drafting.models.safetensors_stream import INDEX, read_tensors, tensor_files
+    from drafting.models.streamed_load import load_streamed
+
+    monkeypatch.setattr(safetensors_stream, "SHARD_BYTES", 4 * 1024**2)
+    convert_gguf(small_gguf, tmp_path / "streamed")
+    files = tensor_files(tmp_path / "streamed")
+    assert (tmp_path / "streamed" / INDEX).is_file() and len(files) > 3
+    streamed = {name: t for path in files for name, t in read_tensors(path)}
+
+    monkeypatch.setattr(safetensors_stream, "SHARD_BYTES", 1024**3)
+    monkeypatch.setattr(gguf_convert, "streamed_tensors", lambda gguf, model: (_ for _ in ()).throw(
+        gguf_convert.NotStreamable("read whole")))
+    convert_gguf(small_gguf, tmp_path / "whole")
+    whole = safetensors_of(tmp_path / "whole")
+    assert set(streamed) == set(whole)
+    for name, tensor in whole.items():
+        assert streamed[name].dtype == tensor.dtype and torch.equal(streamed[name], tensor), name
+
+    theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path / "streamed"), dtype=torch.float32).eval()
+    ours = load_streamed(tmp_path / "streamed", torch.float32).eval()
+    for kind in ("named_parameters", "named_buffers"):
+        a, b = dict(getattr(theirs, kind)()), dict(getattr(ours, kind)())
+        assert set(a) == set(b), kind
+        for name in a:
+            assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+    assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight  # still tied
+    assert ours.generation_config.to_dict() == theirs.generation_config.to_dict()
+    assert ours.config._attn_implementation == theirs.config._attn_implementation
+    x = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        assert torch.equal(ours(x).logits, theirs(x).logits)
 
 
 # --- Gemma 3 270M, the second real model --------------------------------------------------------------------------
