@@ -23,6 +23,7 @@ from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.decode import GenerationResult
 from drafting.models.footprint import check_room
 from drafting.models.gguf_convert import converted_folder
+from drafting.models.gguf_stream import meta_model
 from drafting.engine.loaded_model import LoadedModel
 from drafting.models.loader import _quiet_transformers
 from drafting.engine.sampling_params import SamplingParams
@@ -65,14 +66,12 @@ def plain_model(lm: LoadedModel) -> torch.nn.Module:
 def _empty_plain_model(lm: LoadedModel) -> torch.nn.Module | None:
     """transformers' model of ``lm``'s folder config with no storage behind its tensors (the meta device); None
     where there is no config to read (a hub id this machine cannot reach)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoConfig, GenerationConfig
 
     _quiet_transformers()
     source = plain_source(lm)
     try:
-        config = AutoConfig.from_pretrained(source)
-        with torch.device("meta"):
-            net = AutoModelForCausalLM.from_config(config, dtype=lm.dtype)
+        net = meta_model(AutoConfig.from_pretrained(source), lm.dtype)
     except (OSError, ValueError):
         return None
     try:  # what from_pretrained would read beside the weights

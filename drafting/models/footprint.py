@@ -9,7 +9,7 @@ plus the copy written out.
 
 from __future__ import annotations
 
-import json
+import math
 import struct
 from pathlib import Path
 
@@ -17,28 +17,19 @@ import torch
 
 from drafting.errors import ModelError
 from drafting.machine.memory import available_bytes, gib
+from drafting.models.safetensors_stream import read_header, tensor_files
 
 CONVERSION_BYTES_PER_WEIGHT = 4 + 2  # a whole conversion: the float32 model transformers de-quantises into, its copy
 
 
 def folder_weights(folder: Path) -> int | None:
     """How many weights the folder's safetensors files hold, from their headers; None without such files."""
-    total, found = 0, False
-    for path in folder.glob("*.safetensors"):
-        try:
-            with path.open("rb") as f:
-                size = struct.unpack("<Q", f.read(8))[0]
-                header = json.loads(f.read(size))
-        except (OSError, ValueError, struct.error):
-            return None
-        for name, info in header.items():
-            if name != "__metadata__":
-                n = 1
-                for d in info["shape"]:
-                    n *= d
-                total += n
-        found = True
-    return total if found else None
+    files = tensor_files(folder)
+    try:
+        headers = [read_header(path)[0] for path in files]
+    except (OSError, ValueError, struct.error):
+        return None
+    return sum(math.prod(info["shape"]) for header in headers for info in header.values()) if files else None
 
 
 def check_room(title: str, weights: int | None, dtype: torch.dtype, converting: bool = False,

@@ -23,12 +23,12 @@ class NotStreamable(Exception):
     """The file cannot be read tensor by tensor here (one sentence why)."""
 
 
-def meta_model(config):
+def meta_model(config, dtype: torch.dtype = torch.float32):
     """transformers' model of ``config`` with no storage behind its tensors (names, shapes and tying only)."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
 def tied_heads(model) -> set[str]:
