@@ -18,6 +18,7 @@ SPINE = "spine"  # GOOSE: the context chain laid as the trunk
 SPINE_BRANCH = "spine-branch"  # GOOSE: adjacency successors hung off spine nodes
 ROOT_ALT = "root-alt"  # GOOSE: adjacency alternatives hung off the root
 ADJACENCY = "adjacency"  # Token Recycling table
+MEMORY = "memory"  # GOOSE: a chain read from earlier answers (drafting.sources.output_memory)
 POOL = "pool"  # n-gram / candidate pool (Lookahead, PTD guess tree)
 
 class DraftTree:

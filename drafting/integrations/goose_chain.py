@@ -1,11 +1,19 @@
 """One request's GOOSE chain drafter for engines that verify chains, not trees (vLLM's non-EAGLE methods).
 
-The chain is GOOSE's spine: the context matcher's continuation (n-grams 5/4/3, consensus, confidence, chain
-extension past 20 tokens when confident). Its length is the spine share GOOSE would give it, from the
-spine-acceptance EMA tiers pulled towards the full chain by confidence, applied to the engine's draft limit;
-a consensus match is drafted whole (GOOSE's bypass). Where the context has no match, the chain is walked
-through the token-id adjacency table instead, its length bounded by that source's own acceptance EMA.
-Acceptance is read from what the engine committed since the previous proposal.
+The chain is GOOSE's spine, taken from the source expected to get the most of it accepted:
+
+- the context matcher's continuation (n-grams 5/4/3, consensus, confidence, chain extension past 20 tokens
+  when confident), its length the spine share GOOSE would give it, from the spine-acceptance EMA tiers pulled
+  towards the full chain by confidence, applied to the engine's draft limit; a consensus match is drafted
+  whole (GOOSE's bypass);
+- the memory of earlier outputs (drafting.sources.output_memory): what followed the longest suffix of the
+  stream in other requests' answers, the continuation most of them agree on;
+- where neither has anything, a walk through the token-id adjacency table, its length bounded by that
+  source's own acceptance EMA.
+
+The proposer scores the candidates (``propose(limit, score)``) by the acceptance it has measured for each kind
+of draft at each depth. Acceptance is read from what the engine committed since the previous proposal, for the
+chain drafted and, as far as the committed tokens tell, for the candidates not taken.
 """
 
 from __future__ import annotations
@@ -13,12 +21,15 @@ from __future__ import annotations
 import math
 
 from drafting.sources.context import SpineMatcher
+from drafting.engine.tree import MEMORY
+from drafting.sources.output_memory import MAX_MATCH, OutputMemory, match_bucket
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
 from drafting.integrations.batch_budget import ChainAcceptance
 from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
 TABLE = "table"
+SOURCES = (SPINE, MEMORY, TABLE)
 # Earlier occurrences of the matched n-gram the consensus check reads (the most recent): a context repeating one
 # token or bigram tens of thousands of times would otherwise make every proposal walk all of them.
 MAX_OCCURRENCES = 256
@@ -46,15 +57,30 @@ def table_floor(ema: float, min_path: float) -> float:
     return min(0.95, 2 * min_path) if ema < 0.2 else min_path
 
 
+def memory_kind(match: int, consensus: bool) -> tuple:
+    """The kind of a memory chain: its matched length (bucketed) and whether its occurrences agreed."""
+    return (MEMORY, match_bucket(match), consensus)
+
+
+def agreement(chain: list[int], committed: list[int]) -> tuple[int, int]:
+    """(got, tried) of a candidate chain, drafted, cut or not drafted at all, as the committed tokens tell it: the
+    leading tokens that agree, and how many were decided (one past them where a token disagreed)."""
+    known = min(len(chain), len(committed))
+    got = 0
+    while got < known and chain[got] == committed[got]:
+        got += 1
+    return got, (got + 1 if got < known else got)
+
+
 class RequestChain:
-    """Drafting state of one request: its token stream, matcher and acceptance EMAs."""
+    """Drafting state of one request: its token stream, matcher, its output in the memory and acceptance EMAs."""
 
     HEAD = 16  # tokens that, with the length and the last TAIL tokens, recognise the request in a batch row
     TAIL = 4
 
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
                  min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3),
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, memory: OutputMemory | None = None, output_from: int | None = None):
         self.table = table
         self.min_path = min_path
         self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
@@ -63,14 +89,22 @@ class RequestChain:
                                     max_occurrences=MAX_OCCURRENCES)
         self.matcher.reset(tokens)
         table.learn(tokens)
+        # this request's answer is remembered as it is written (other requests draft from it at once); the
+        # tokens from ``output_from`` on are answer already (the engine's first token)
+        self.memory = memory
+        self.output = memory.open() if memory is not None else None
+        if memory is not None:
+            memory.extend(self.output, tokens[len(tokens) if output_from is None else output_from:])
         self.head = tuple(tokens[: self.HEAD])
-        self.ema = {SPINE: 0.5, TABLE: 0.5}
+        self.ema = {s: 0.5 for s in SOURCES}
         self.last_draft: list[int] = []
         self.last_source = ""
         self.last_kind: tuple = ()  # the source and what it matched: the step budget's acceptance is kept per kind
-        self.drafted = {SPINE: 0, TABLE: 0}
-        self.accepted = {SPINE: 0, TABLE: 0}
-        self.acceptance = {SPINE: ChainAcceptance(), TABLE: ChainAcceptance()}  # per-token, for the step budget
+        self.offered: list[tuple[tuple, list[int]]] = []  # (kind, whole chain) of every candidate of the last call
+        self.outcomes: list[tuple[tuple, int, int]] = []  # (kind, got, tried) of each, as the committed tokens tell
+        self.drafted = {s: 0 for s in SOURCES}
+        self.accepted = {s: 0 for s in SOURCES}
+        self.acceptance = {s: ChainAcceptance() for s in SOURCES}  # per-token, for the step budget
 
     @property
     def tokens(self) -> list[int]:
@@ -84,7 +118,7 @@ class RequestChain:
         toks = self.matcher.tokens
         if known != len(toks):
             return False
-        if tuple(int(t) for t in row[: min(self.HEAD, known)]) != self.head:
+        if tuple(int(t) for t in row[: len(self.head)]) != self.head:  # a stream shorter than HEAD at first
             return False
         tail = max(0, known - self.TAIL)
         return [int(t) for t in row[tail:known]] == toks[tail:]
@@ -102,34 +136,51 @@ class RequestChain:
             self.drafted[src] += len(draft)
             self.accepted[src] += got
             self.acceptance[src].observe(got, len(draft))
+        self.outcomes = [(kind, *agreement(chain, committed)) for kind, chain in self.offered]
+        self.offered = []
         toks = self.matcher.tokens
         prev = toks[-1] if toks else -1
         prev2 = toks[-2] if len(toks) > 1 else -1
         self.table.learn(committed, prev, prev2)
         self.matcher.extend(committed)
+        if self.memory is not None:
+            self.memory.extend(self.output, committed)
         self.last_draft, self.last_source = [], ""
         return got
 
-    def propose(self, limit: int) -> list[int]:
-        """A chain of at most ``limit`` tokens (possibly empty) to follow the stream."""
-        draft: list[int] = []
-        src = ""
-        if limit > 0 and self.matcher.tokens:
-            m = self.matcher.spine(extend=True)
-            if m.chain:
-                n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
-                draft, src = [int(t) for t in m.chain[:n]], SPINE
-                self.last_kind = (SPINE, m.ngram, m.consensus)
-            else:
-                toks = self.matcher.tokens
-                prev = toks[-2] if len(toks) > 1 else -1
-                ema = self.ema[TABLE]
-                draft = self.table.chain(prev, toks[-1], table_length(ema, limit), table_floor(ema, self.min_path))
-                src = TABLE
-                self.last_kind = (TABLE,)
+    def candidates(self, limit: int) -> list[tuple[tuple, list[int]]]:
+        """(kind, chain) of each source with something to draft, the context's and the memory's first; the
+        adjacency table's only where neither has anything."""
+        out = []
+        toks = self.matcher.tokens
+        m = self.matcher.spine(extend=True)
+        if m.chain:
+            n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
+            out.append(((SPINE, m.ngram, m.consensus), [int(t) for t in m.chain[:n]]))
+        if self.memory is not None:
+            found = self.memory.lookup(toks[-MAX_MATCH - 1:], limit, exclude=self.output)
+            if found.chain:
+                out.append((memory_kind(found.match, found.consensus), found.chain))
+        if not out:
+            prev = toks[-2] if len(toks) > 1 else -1
+            ema = self.ema[TABLE]
+            chain = self.table.chain(prev, toks[-1], table_length(ema, limit), table_floor(ema, self.min_path))
+            out.append(((TABLE,), chain))
         if self.vocab_size is not None:
-            draft = within_vocab(draft, self.vocab_size)
-        self.last_draft, self.last_source = draft, (src if draft else "")
+            out = [(kind, within_vocab(chain, self.vocab_size)) for kind, chain in out]
+        return [(kind, chain) for kind, chain in out if chain]
+
+    def propose(self, limit: int, score=None) -> list[int]:
+        """A chain of at most ``limit`` tokens (possibly empty) to follow the stream: of the sources' candidates
+        the one ``score(kind, chain)`` rates highest (the expected accepted tokens; without it, the first)."""
+        draft: list[int] = []
+        self.last_kind, self.offered = (), []
+        if limit > 0 and self.matcher.tokens:
+            self.offered = found = self.candidates(limit)
+            if found:
+                best = max(range(len(found)), key=lambda i: score(*found[i])) if score and len(found) > 1 else 0
+                self.last_kind, draft = found[best]
+        self.last_draft, self.last_source = draft, (self.last_kind[0] if draft else "")
         return draft
 
     def keep(self, n: int) -> list[int]:

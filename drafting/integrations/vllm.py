@@ -28,8 +28,9 @@ import time
 
 from drafting.integrations.batch_budget import (KNEE_PRIOR, ChainAcceptance, DepthAcceptance, StepCost, keep_paying,
                                                 threshold, token_chances)
-from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain
+from drafting.integrations.goose_chain import SOURCES, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
+from drafting.sources.output_memory import OutputMemory
 
 CLASS_PATH = "drafting.integrations.vllm.GooseProposer"
 SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom proposer's own settings
@@ -49,6 +50,8 @@ SETTINGS = {  # name: (default, type, help)
                             "per-token acceptance, the same at every depth"),
     "jump": ("auto", str, "auto = steps that verify drafts get a fixed part of their own, measured, and a step "
                           "drafts only where its drafts pay for it; off = one line through all steps"),
+    "memory": (1 << 19, int, "tokens of earlier outputs remembered as a draft source (the oldest forgotten first); "
+                             "0 = no memory"),
 }
 
 
@@ -85,6 +88,8 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting chance must be kind or request, not {out['chance']!r}.")
     if out["jump"] not in ("auto", "off"):
         raise SettingsError(f"GooseProposer setting jump must be auto or off, not {out['jump']!r}.")
+    if out["memory"] < 0:
+        raise SettingsError(f"GooseProposer setting memory must be 0 or more tokens, not {out['memory']}.")
     if not out["knee_prior"] > 0:
         raise SettingsError(f"GooseProposer setting knee_prior must be above 0, not {out['knee_prior']}.")
     return out
@@ -153,12 +158,14 @@ class GooseProposer:
         self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
                             "full_spine": s["spine"] == "full",
                             "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size}
+        # this proposer's own memory of the answers it has seen written: never shared with another proposer
+        self.memory = OutputMemory(max_tokens=s["memory"]) if s["memory"] else None
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
         self.budget = s["budget"] == "cost"
         self.cost = StepCost(prior=s["knee_prior"], fixed=None if s["knee"] == "auto" else s["knee"],
                              jump=s["jump"] == "auto")
         # per-token acceptance of each source over every request of this proposer: a new request's prior
-        self.source_acceptance = {s: ChainAcceptance(decay=SOURCE_DECAY) for s in (SPINE, TABLE)}
+        self.source_acceptance = {s: ChainAcceptance(decay=SOURCE_DECAY) for s in SOURCES}
         self.kind_acceptance = DepthAcceptance()
         self._clock = clock
         self._last_call: float | None = None
@@ -177,9 +184,9 @@ class GooseProposer:
 
     def stats(self) -> dict:
         """Tokens drafted and accepted per source over the requests held now."""
-        out = {f"{s}_{w}": 0 for s in (SPINE, TABLE) for w in ("drafted", "accepted")}
+        out = {f"{s}_{w}": 0 for s in SOURCES for w in ("drafted", "accepted")}
         for st in self._rows.values():
-            for s in (SPINE, TABLE):
+            for s in SOURCES:
                 out[f"{s}_drafted"] += st.drafted[s]
                 out[f"{s}_accepted"] += st.accepted[s]
         return out
@@ -205,13 +212,16 @@ class GooseProposer:
                 continue
             if state is None:
                 same_batch = False
-                state = RequestChain(_ints(row[:n]), self.table, **self._chain_args)
+                state = RequestChain(_ints(row[:n]), self.table, memory=self.memory, output_from=n - new,
+                                     **self._chain_args)
             else:
-                source, kind, drafted = state.last_source, state.last_kind, len(state.last_draft)
+                source, drafted = state.last_source, len(state.last_draft)
                 got = state.advance(_ints(row[n - new : n]))
                 if drafted:
                     self.source_acceptance[source].observe(got, drafted)
-                    self.kind_acceptance.observe(kind, got, drafted)
+                # every candidate of the last call, drafted or not, as far as the committed tokens tell
+                for kind, got_k, tried in state.outcomes:
+                    self.kind_acceptance.observe(kind, got_k, tried)
             claimed.add(id(state))
             rows[i] = state
             # the engine places this step's token at n - 1; drafts must leave room for its bonus token
@@ -224,9 +234,9 @@ class GooseProposer:
         self._calls += 1
         if self.budget and self._calls % LOG_EVERY == 0:
             fit = self.cost.fit()
-            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, spine alpha %.2f, table alpha "
-                     "%.2f, batch %d", self.cost.knee, "measured" if fit else "prior", 1e3 * fit[1] if fit else 0.0,
-                     self.source_acceptance[SPINE].alpha(), self.source_acceptance[TABLE].alpha(), len(decoding))
+            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, alpha spine %.2f memory %.2f "
+                     "table %.2f, batch %d", self.cost.knee, "measured" if fit else "prior",
+                     1e3 * fit[1] if fit else 0.0, *(self.source_acceptance[s].alpha() for s in SOURCES), len(decoding))
         self._last_call = now
         self._last_verified = sum(1 + len(drafts.get(i, ())) for i in decoding)
         self._last_drafted = self._last_verified > len(decoding)
@@ -234,16 +244,20 @@ class GooseProposer:
 
     def _draft(self, decoding: dict[int, tuple[RequestChain, int]]) -> dict[int, list[int]]:
         """GOOSE's chain per decoding row, then (budget=cost) only the tokens the step budget keeps."""
-        if not self.budget:
-            return {i: st.propose(limit) if limit > 0 else [] for i, (st, limit) in decoding.items()}
-        floor = threshold(len(decoding), len(decoding), self.cost.knee)  # what even the step's first draft token must beat
         base = {s: a.alpha() for s, a in self.source_acceptance.items()}
+
+        def expected(kind: tuple, chain: list[int]) -> float:  # tokens of a candidate chain expected to be accepted
+            return sum(self.kind_acceptance.chances(kind, len(chain), base[kind[0]]))
+
+        if not self.budget:
+            return {i: st.propose(limit, expected) if limit > 0 else [] for i, (st, limit) in decoding.items()}
+        floor = threshold(len(decoding), len(decoding), self.cost.knee)  # what even the step's first draft token must beat
         drafts: dict[int, list[int]] = {}
         chances: list[list[float]] = []
         order: list[int] = []
         for i, (st, limit) in decoding.items():
-            alphas = {s: st.acceptance[s].alpha(base[s]) for s in (SPINE, TABLE)}
-            draft = st.propose(limit) if limit > 0 and max(alphas.values()) > floor else st.keep(0)
+            alphas = {s: st.acceptance[s].alpha(base[s]) for s in SOURCES}
+            draft = st.propose(limit, expected) if limit > 0 and max(alphas.values()) > floor else st.keep(0)
             order.append(i)
             chances.append(self._chances(st, alphas, base, len(draft)) if draft else [])
             drafts[i] = draft
@@ -253,7 +267,7 @@ class GooseProposer:
             if n:
                 used.add(st.last_source)
             drafts[i] = st.keep(n)
-            for s in (SPINE, TABLE):
+            for s in SOURCES:
                 if not (n and st.last_source == s):
                     st.acceptance[s].idle()
         for s, a in self.source_acceptance.items():

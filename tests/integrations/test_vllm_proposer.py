@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from drafting.integrations.goose_chain import SPINE, TABLE, RequestChain, spine_length, table_floor, table_length
+from drafting.integrations.goose_chain import (MEMORY, SPINE, TABLE, RequestChain, agreement, spine_length, table_floor,
+                                               table_length)
 from drafting.integrations.token_adjacency import TokenAdjacency
 from drafting.integrations.vllm import CLASS_PATH, GooseProposer, speculative_config
 
@@ -292,3 +293,80 @@ def test_settings_from_text_and_environment(monkeypatch):
     row[0, : len(seq2)] = seq2
     assert proposer(settings="ngram_min=3").propose([[2]], np.array([len(seq2)]), row)[0] == [3]
     assert proposer(settings="").propose([[2]], np.array([len(seq2)]), row)[0][:3] == [3, 4, 5]
+
+
+def answer_once(p: GooseProposer, target: list[int], prompt_len: int, steps: int = 60) -> list[list[int]]:
+    """Run one request to the end of ``target`` alone in a batch, then let it leave; the drafts of each step."""
+    batch = FakeBatch()
+    batch.add(target, prompt_len=prompt_len)
+    drafts = []
+    for _ in range(steps):
+        if int(batch.num_tokens_no_spec[0]) >= len(target) - 1:
+            break
+        drafts.append(batch.run(p, batch.step())[0])
+    batch.remove(0)
+    p.propose([], np.zeros(0, dtype=np.int32), np.zeros((0, MAX_LEN), dtype=np.int32))
+    return drafts
+
+
+def test_a_later_request_drafts_an_earlier_answer_from_the_memory():
+    answer = list(range(500, 540))  # never repeats inside itself: the context has nothing to match
+    p = proposer(settings="budget=off")
+    first = answer_once(p, [1, 2, 3] + answer, prompt_len=3)
+    assert not any(first[1:])
+    batch = FakeBatch()
+    batch.add([9, 8, 7] + answer, prompt_len=3)
+    for _ in range(3):
+        batch.run(p, batch.step())
+    st = p._rows[0]
+    assert st.last_source == MEMORY and st.last_draft == answer[len(st) - 3 : len(st) - 3 + K]
+    assert p.stats()["memory_accepted"] > 0
+    # another proposer never saw the answer: its memory is its own
+    other = proposer(settings="budget=off")
+    batch2 = FakeBatch()
+    batch2.add([9, 8, 7] + answer, prompt_len=3)
+    for _ in range(3):
+        assert batch2.run(other, batch2.step()) == [[]]
+    # and memory=0 turns the source off
+    off = proposer(settings="budget=off,memory=0")
+    answer_once(off, [1, 2, 3] + answer, prompt_len=3)
+    batch3 = FakeBatch()
+    batch3.add([9, 8, 7] + answer, prompt_len=3)
+    for _ in range(3):
+        batch3.run(off, batch3.step())
+        assert off._rows[0].last_source != MEMORY  # the adjacency table's chain, learned from the first answer
+    assert off.memory is None and off.stats()["memory_drafted"] == 0
+
+
+def test_the_candidate_expected_to_get_more_accepted_is_drafted_and_every_candidate_teaches():
+    # the context says 4 5 6 after 1 2 3; the earlier answer (and the truth) says 4 7 8
+    truth = [1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12]
+    p = proposer(settings="budget=off,spine=full")
+    answer_once(p, [60, 61] + [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13], prompt_len=2)
+    batch = FakeBatch()
+    batch.add(truth, prompt_len=10)  # the first sampled token ends ... 1 2 3
+    (d,) = batch.run(p, batch.step())
+    st = p._rows[0]
+    kinds = [kind[0] for kind, _ in st.offered]
+    assert kinds == [SPINE, MEMORY]
+    assert d == st.offered[kinds.index(st.last_source)][1][:K]
+    batch.run(p, batch.step())
+    # every candidate is scored against what was committed, drafted or not: the context's chain was wrong from
+    # its first token (drafted on a tie, it cost the step), the memory's right as far as one token tells
+    outcomes = {kind[0]: (kind, got, tried) for kind, got, tried in st.outcomes}
+    assert outcomes[SPINE][1:] == (0, 1) and outcomes[MEMORY][1:] == (1, 1)
+    ctx_kind, mem_kind = outcomes[SPINE][0], outcomes[MEMORY][0]
+    assert p.kind_acceptance.chances(mem_kind, 1, 0.5)[0] > p.kind_acceptance.chances(ctx_kind, 1, 0.5)[0]
+    # and a request offered both drafts the one its score rates higher
+    stream = [1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]
+    for prefer, expect in ((MEMORY, [7, 8, 9]), (SPINE, [5, 6, 0])):
+        st2 = RequestChain(stream, TokenAdjacency(), memory=p.memory, full_spine=True)
+        d = st2.propose(3, lambda kind, chain: float(kind[0] == prefer))
+        assert st2.last_source == prefer and d == expect
+
+
+def test_agreement_reads_what_the_committed_tokens_decide():
+    assert agreement([5, 6, 7], [5, 6, 9]) == (2, 3)
+    assert agreement([5, 6, 7], [5, 6]) == (2, 2)  # the third is not decided yet
+    assert agreement([5], [5, 6, 7]) == (1, 1)
+    assert agreement([4, 6], [5]) == (0, 1)
