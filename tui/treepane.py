@@ -19,9 +19,9 @@ from tui.marks import MARKER, ROW_MARKER, STYLE, node_states, provenance, row_st
 from tui.treelayout import Seg, clip, default_trunk, layout, token_label
 from tui.views import draft_rows_tree, verified_tree
 
-INFO_KEYS = ("route", "bypass", "budget", "confidence", "ema", "chain", "spine_continuation", "guess", "draft_rows",
+INFO_KEYS = ("route", "spine_source", "bypass", "budget", "confidence", "ema", "chain", "spine_continuation", "guess", "draft_rows",
              "forest", "pool", "columns", "ngram", "trimmed")
-SHORT = {"confidence": "conf", "spine_continuation": "continued", "draft_rows": "rows"}
+SHORT = {"spine_source": "spine from", "confidence": "conf", "spine_continuation": "continued", "draft_rows": "rows"}
 
 
 def _fmt(value) -> str:

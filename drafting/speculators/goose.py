@@ -7,6 +7,12 @@ the spine's share (base ratio from the spine-acceptance EMA tiers, pulled toward
 confidence the whole budget goes to the spine (bypass: a plain chain). Routes per step: spine tree,
 branch-only tree (no match), plain chain (bypass), single step (nothing to draft).
 
+A second chain source, the memory of earlier outputs (drafting.sources.output_memory: what followed the
+longest suffix of the text in this speculator's earlier answers), competes for the spine: the chain expected to
+get more tokens accepted (by the acceptance learned for each source, match kind and depth) is laid as the
+spine, and the other hangs off the root as a chain of its own, sharing the spine's nodes where they agree. The
+step info names the spine's source (``spine_source``).
+
 Ablation switches (the paper's four): ``rho=0`` (no spine branches), ``bigram=off``, ``confidence=off`` (fixed
 budget and ratio, no bypass, no chain extension), ``harvest=off`` (no prefill harvest). ``budget=60``
 reproduces the paper's fixed budget; the default ``budget=auto`` drafts only what pays on this hardware.
@@ -19,8 +25,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from drafting.budget.selection import most_paying_nodes
-from drafting.engine.tree import ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
+from drafting.engine.tree import CONTEXT, MEMORY, ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
 from drafting.engine.speculator import Settings, StepResult, option
+from drafting.errors import SpecError
+from drafting.sources.context import match_confidence
+from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, match_bucket
 from drafting.speculators.tree_base import (
     Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
     min_score_field, score_bucket,
@@ -71,6 +80,16 @@ def spine_prior(conf: float) -> float:
     return 0.3 + 0.6 * conf
 
 
+def memory_key(match: int, share: float, depth: int):
+    """Acceptance key of a memory chain's node: the matched length (bucketed), the share of the earlier
+    occurrences that continue along it, its depth."""
+    return (MEMORY, match_bucket(match), score_bucket(share), min(depth, 12))
+
+
+def memory_prior(share: float) -> float:
+    return 0.2 + 0.6 * share
+
+
 BRANCH_SCORES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9, 1.0)  # the top of each score bucket (tree_base)
 
 
@@ -115,18 +134,69 @@ def grow_branch(cand: Candidates, table, start: int, before: int, budget: int, s
     return added
 
 
-def build_spine_tree(root: int, before_root: int, chain: list[int], conf: float, plan: SpinePlan, table, *,
-                     k: int = 10, min_score: float = 0.01, max_depth: int = 6, bigram: bool = True) -> Candidates:
-    """Spine first, then root alternatives, then spine branches (weights 1/i over spine positions)."""
+@dataclass
+class Chain:
+    """A candidate chain with the acceptance key and prior of each of its nodes (depth 1 first)."""
+
+    tokens: list[int]
+    keys: list
+    priors: list[float]
+    source: str  # its tag where it is not the spine
+
+    def expected(self, acceptance, n: int) -> float:
+        """Tokens of its first ``n`` expected to be accepted, on the acceptance learned so far."""
+        total, path = 0.0, 1.0
+        for key, prior in zip(self.keys[:n], self.priors[:n]):
+            path *= acceptance.estimate(key, prior)
+            total += path
+        return total
+
+
+def context_chain(chain: list[int], conf: float) -> Chain:
+    return Chain(list(chain), [spine_key(conf, d) for d in range(1, len(chain) + 1)], [spine_prior(conf)] * len(chain),
+                 CONTEXT)
+
+
+def memory_chain(found: MemoryMatch) -> Chain:
+    shares = found.shares
+    return Chain(list(found.chain), [memory_key(found.match, sh, d) for d, sh in enumerate(shares, 1)],
+                 [memory_prior(sh) for sh in shares], MEMORY)
+
+
+def hang_chain(cand: Candidates, chain: Chain, most: int) -> int:
+    """Hang at most ``most`` new nodes of ``chain`` off the root, along the nodes already there where they agree
+    (the spine's, usually); returns the nodes added."""
+    parent, added = 0, 0
+    for tok, key, prior in zip(chain.tokens, chain.keys, chain.priors):
+        idx = cand.add(tok, parent, chain.source, key, prior)
+        if idx is None:
+            idx = cand.tree.child(parent, tok)
+        else:
+            added += 1
+            if added >= most:
+                break
+        parent = idx
+    return added
+
+
+def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf: float, plan: SpinePlan, table, *,
+                     k: int = 10, min_score: float = 0.01, max_depth: int = 6, bigram: bool = True,
+                     side: Chain | None = None) -> Candidates:
+    """Spine first, then the ``side`` chain (the other chain source) and the root alternatives, then spine branches
+    (weights 1/i over spine positions). The side chain takes up to half the root alternatives' budget."""
     cand = Candidates(tree=DraftTree(root))
+    spine = chain if isinstance(chain, Chain) else context_chain(chain, conf)
     spine_nodes = []
     parent = 0
-    for d, tok in enumerate(chain[: plan.spine], start=1):
-        parent = cand.add(tok, parent, SPINE, spine_key(conf, d), spine_prior(conf))
+    for tok, key, prior in list(zip(spine.tokens, spine.keys, spine.priors))[: plan.spine]:
+        parent = cand.add(tok, parent, SPINE, key, prior)
         spine_nodes.append(parent)
     opts = dict(k=k, min_score=min_score, max_depth=max_depth, bigram=bigram)
-    if plan.root:
-        grow_branch(cand, table, 0, before_root, plan.root, ROOT_ALT, **opts)
+    root_budget = plan.root
+    if side is not None and side.tokens and root_budget > 0:
+        root_budget -= hang_chain(cand, side, max(1, root_budget // 2))
+    if root_budget > 0:
+        grow_branch(cand, table, 0, before_root, root_budget, ROOT_ALT, **opts)
     if plan.branch and spine_nodes:
         weights = [1.0 / i for i in range(1, len(spine_nodes) + 1)]
         total = sum(weights)
@@ -153,6 +223,8 @@ class GooseSettings(Settings):
     depth: int = option(6, "deepest branch level")
     chain: int = option(20, "context chain length (extended up to chain_max by re-matching when confident)")
     chain_max: int = option(100, "longest extended context chain")
+    memory: int = option(1 << 19, "tokens of earlier answers remembered as a chain source competing for the spine "
+                                  "(the oldest forgotten first); 0 = no memory (the paper's GOOSE)")
     cache: str = cache_field()
 
 
@@ -167,7 +239,13 @@ class Goose(TreeSpeculator):
         s = self.settings
         self.matcher.chain_len, self.matcher.chain_max = s.chain, s.chain_max
         self.ema = 0.5
-        self._spine: tuple[list[int], float] = ([], 0.0)  # the last candidate spine and its match confidence
+        self._spine: Chain = Chain([], [], [], SPINE)  # the last candidate spine
+        self._side: Chain | None = None  # the last candidate chain that was not the spine
+        if s.memory < 0:
+            raise SpecError(f"goose's memory must be 0 or more tokens, not {s.memory}.")
+        # this speculator's own earlier answers: never shared with another speculator instance
+        self.memory = OutputMemory(max_tokens=s.memory) if s.memory else None
+        self._answer: int | None = None  # the answer being written, in the memory
 
     def table_size(self) -> int:
         return self.settings.k
@@ -175,25 +253,63 @@ class Goose(TreeSpeculator):
     def reset(self, context: list[int]) -> None:
         super().reset(context)
         self.ema = 0.5
+        self._start_answer()
+
+    def resume(self, context: list[int]) -> bool:
+        if not super().resume(context):
+            return False
+        self._start_answer()
+        return True
+
+    def _start_answer(self) -> None:
+        """A new prompt (or turn): what follows is a new answer, remembered as it is written."""
+        if self.memory is not None:
+            self._answer = self.memory.open()
+
+    def remember(self, emitted: list[int]) -> None:
+        if self.memory is not None and self._answer is not None:
+            self.memory.extend(self._answer, emitted)
+
+    def recall(self, context: list[int], limit: int) -> MemoryMatch:
+        """The earlier answers' continuation of ``context`` (not the answer being written: the context has it)."""
+        if self.memory is None:
+            return NO_MEMORY
+        return self.memory.lookup(context[-MAX_MATCH - 1:], limit, exclude=self._answer)
 
     def candidates(self, context: list[int]) -> Candidates:
         s = self.settings
         use_conf = s.confidence
         m = self.matcher.spine(extend=use_conf)
         base = 60 if self.auto else int(s.budget)
-        plan = plan_budget(len(m.chain), m.confidence, self.ema, base, s.rho, use_conf, full_spine=self.auto)
-        self._spine = (m.chain[: plan.spine], m.confidence)
-        room = self.paying_room(self.best_first_node(context[-1], m, plan), plan.budget)
+        spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base)
+        plan = plan_budget(len(spine.tokens), conf, self.ema, base, s.rho, use_conf, full_spine=self.auto)
+        self._spine = Chain(spine.tokens[: plan.spine], spine.keys, spine.priors, SPINE)
+        self._side = side
+        room = self.paying_room(self.best_first_node(context[-1], spine, side, plan), plan.budget)
         if room:
             cand = build_spine_tree(
-                context[-1], self._before_root, m.chain, m.confidence, plan, self.table,
-                k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram,
+                context[-1], self._before_root, spine, conf, plan, self.table,
+                k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram, side=side,
             )
         else:  # on this step's cost curve no tree under these first nodes pays: skip growing it
             cand = Candidates(tree=DraftTree(context[-1]))
-        cand.info = {"budget": plan.budget, "confidence": round(m.confidence, 3), "ema": round(self.ema, 3),
-                     "bypass": int(plan.bypass), "chain": len(m.chain)}
+        cand.info = {"budget": plan.budget, "confidence": round(conf, 3), "ema": round(self.ema, 3),
+                     "bypass": int(plan.bypass), "chain": len(spine.tokens),
+                     "spine_source": spine.source if spine.tokens else "none"}
         return cand
+
+    def pick_spine(self, m, found: MemoryMatch, base: int) -> tuple[Chain, Chain | None, float]:
+        """(spine, side chain, confidence): of the context's chain and the memory's, the one expected to get more
+        tokens accepted is the spine (the context's on a tie); a memory spine's confidence is the context
+        rule's for its length and agreement, so a consensus of earlier answers is drafted whole too."""
+        ctx = context_chain(m.chain, m.confidence)
+        if not found.chain:
+            return ctx, None, m.confidence
+        mem = memory_chain(found)
+        span = max(1, min(base, 16))  # compared over the depth a spine is mostly verified at
+        if not ctx.tokens or mem.expected(self.acceptance, span) > ctx.expected(self.acceptance, span):
+            return mem, (ctx if ctx.tokens else None), match_confidence(len(mem.tokens), found.consensus)
+        return ctx, mem, m.confidence
 
     @property
     def prefill_logit_rows(self) -> int | None:
@@ -208,13 +324,15 @@ class Goose(TreeSpeculator):
                 return 0
         return rows
 
-    def best_first_node(self, root: int, m, plan: SpinePlan) -> float:
+    def best_first_node(self, root: int, spine: Chain, side: Chain | None, plan: SpinePlan) -> float:
         """The highest acceptance estimate among the nodes the tree would hang off its root (the spine's first,
-        the root alternatives): every node's path probability is at most that."""
+        the side chain's, the root alternatives): every node's path probability is at most that."""
         s = self.settings
         best = 0.0
         if plan.spine:
-            best = self.acceptance.estimate(spine_key(m.confidence, 1), spine_prior(m.confidence))
+            best = self.acceptance.estimate(spine.keys[0], spine.priors[0])
+        if side is not None and side.tokens:
+            best = max(best, self.acceptance.estimate(side.keys[0], side.priors[0]))
         if plan.root:
             succ, scores = self.table.successors(self._before_root, root, s.bigram)
             for score in scores[: s.k]:
@@ -226,12 +344,26 @@ class Goose(TreeSpeculator):
         """Where the budget cut the spine and every drafted spine node was accepted, the step's bonus token says
         whether the first spine node left out would have been: counted like a tested node, so a spine priced out
         on a steep cost curve still teaches the rates that may later price it in."""
-        chain, conf = self._spine
+        chain = self._spine
         whole_spine = len(path) == drafted and all(sources[i] == SPINE for i in path)
-        if whole_spine and drafted < len(chain) and drafted < len(emitted):
-            self.acceptance.update(spine_key(conf, drafted + 1), chain[drafted] == emitted[drafted])
+        if whole_spine and drafted < len(chain.tokens) and drafted < len(emitted):
+            self.acceptance.update(chain.keys[drafted], chain.tokens[drafted] == emitted[drafted])
+
+    def learn_undrafted_side(self, tree: DraftTree, emitted: list[int]) -> None:
+        """The chain that lost the spine and was not verified (priced out, or never hung) is scored against the
+        tokens the step emitted, as far as they decide it: so a source is measured while the other is drafted."""
+        side = self._side
+        if side is None or not side.tokens or tree.child(0, side.tokens[0]) is not None:
+            return
+        for tok, key, want in zip(side.tokens, side.keys, emitted):
+            self.acceptance.update(key, tok == want)
+            if tok != want:
+                return
 
     def after_observe(self, draft, result: StepResult) -> None:
+        self.remember(result.emitted)
+        if draft is self._last:
+            self.learn_undrafted_side(draft.tree, result.emitted)
         sources = draft.tree.sources
         spine = sum(1 for x in sources if x == SPINE)
         path = result.accepted[1:]

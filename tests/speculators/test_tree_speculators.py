@@ -13,7 +13,7 @@ PROMPT = [1, 5, 9, 13, 5, 9, 13, 17, 21, 5, 9, 13, 17, 21, 25, 5, 9, 13]
 
 @pytest.mark.parametrize(
     "spec", ["tr", "tr:budget=80", "iso", "iso:k=5,budget=60", "goose", "goose:budget=60", "goose:rho=0",
-             "goose:bigram=off", "goose:confidence=off", "goose:harvest=off"],
+             "goose:bigram=off", "goose:confidence=off", "goose:harvest=off", "goose:memory=0"],
 )
 def test_tiny_model_matches_ar(tiny_lm, spec):
     want = Decoder(tiny_lm, create("ar")).generate(PROMPT, 40).output_ids
@@ -41,6 +41,21 @@ def test_goose_step_facts(tiny_lm):
         assert info["spine_continuation"] == accepted_branch
         if info["bypass"]:
             assert set(rec.sources[1:]) <= {SPINE}
+
+
+def test_goose_recalls_its_earlier_answers_and_says_where_its_spine_came_from(tiny_lm):
+    want = Decoder(tiny_lm, create("ar")).generate(PROMPT, 40).output_ids
+    dec = Decoder(tiny_lm, create("goose:budget=60"))
+    first = dec.generate(PROMPT, 40)
+    again = dec.generate(PROMPT, 40)  # the memory now holds the first answer
+    assert first.output_ids == again.output_ids == want
+    sources = [rec.info["spine_source"] for rec in again.records]
+    assert set(sources) <= {"context", "memory", "none"} and "memory" in sources
+    assert "memory" not in [rec.info["spine_source"] for rec in first.records]
+    fresh = Decoder(tiny_lm, create("goose:budget=60,memory=0")).generate(PROMPT, 40)
+    assert fresh.output_ids == want and {rec.info["spine_source"] for rec in fresh.records} <= {"context", "none"}
+    with pytest.raises(SpecError, match="memory"):
+        create("goose:memory=-1")
 
 
 def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
