@@ -88,3 +88,17 @@ def test_token_labels_show_whitespace_and_cut_long_tokens():
 def test_covering_finds_the_step_of_an_output_position():
     ptd = ptd_records()
     assert [covering(ptd, p) for p in (0, 2, 3, 8, 9, 15, 99)] == [0, 0, 1, 2, 3, 4, 4]
+
+
+def test_the_step_summary_names_where_the_spine_came_from():
+    import dataclasses
+
+    from tui.treepane import TreePane
+
+    first = goose_records()[0]
+    rec = dataclasses.replace(first, info={**first.info, "spine_source": "memory"})
+    lines = TreePane("spine", text)._summary(rec, 100)
+    facts = "".join(seg.text for seg in lines[1])
+    assert "spine from memory" in facts
+    plain = "".join(seg.text for seg in TreePane("spine", text)._summary(first, 100)[1])
+    assert "spine from" not in plain
