@@ -86,8 +86,10 @@ def memory_key(match: int, share: float, depth: int):
     return (MEMORY, match_bucket(match), score_bucket(share), min(depth, 12))
 
 
-def memory_prior(share: float) -> float:
-    return 0.2 + 0.6 * share
+def memory_prior(share: float, support: int) -> float:
+    """A node's acceptance before any evidence: its share of the occurrences, discounted where there were few
+    (one earlier occurrence says little)."""
+    return 0.2 + 0.6 * share * support / (support + 1)
 
 
 BRANCH_SCORES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9, 1.0)  # the top of each score bucket (tree_base)
@@ -160,7 +162,7 @@ def context_chain(chain: list[int], conf: float) -> Chain:
 def memory_chain(found: MemoryMatch) -> Chain:
     shares = found.shares
     return Chain(list(found.chain), [memory_key(found.match, sh, d) for d, sh in enumerate(shares, 1)],
-                 [memory_prior(sh) for sh in shares], MEMORY)
+                 [memory_prior(sh, found.support) for sh in shares], MEMORY)
 
 
 def hang_chain(cand: Candidates, chain: Chain, most: int) -> int:
@@ -181,9 +183,10 @@ def hang_chain(cand: Candidates, chain: Chain, most: int) -> int:
 
 def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf: float, plan: SpinePlan, table, *,
                      k: int = 10, min_score: float = 0.01, max_depth: int = 6, bigram: bool = True,
-                     side: Chain | None = None) -> Candidates:
+                     side: Chain | None = None, priced: bool = False) -> Candidates:
     """Spine first, then the ``side`` chain (the other chain source) and the root alternatives, then spine branches
-    (weights 1/i over spine positions). The side chain takes up to half the root alternatives' budget."""
+    (weights 1/i over spine positions). The side chain takes up to half the root alternatives' budget, or
+    (``priced``: the cost rule picks the nodes after) comes on top of them whole."""
     cand = Candidates(tree=DraftTree(root))
     spine = chain if isinstance(chain, Chain) else context_chain(chain, conf)
     spine_nodes = []
@@ -193,7 +196,9 @@ def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf
         spine_nodes.append(parent)
     opts = dict(k=k, min_score=min_score, max_depth=max_depth, bigram=bigram)
     root_budget = plan.root
-    if side is not None and side.tokens and root_budget > 0:
+    if side is not None and side.tokens and priced:
+        hang_chain(cand, side, len(side.tokens))
+    elif side is not None and side.tokens and root_budget > 0:
         root_budget -= hang_chain(cand, side, max(1, root_budget // 2))
     if root_budget > 0:
         grow_branch(cand, table, 0, before_root, root_budget, ROOT_ALT, **opts)
@@ -290,6 +295,7 @@ class Goose(TreeSpeculator):
             cand = build_spine_tree(
                 context[-1], self._before_root, spine, conf, plan, self.table,
                 k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram, side=side,
+                priced=self._pricing is not None,
             )
         else:  # on this step's cost curve no tree under these first nodes pays: skip growing it
             cand = Candidates(tree=DraftTree(context[-1]))
