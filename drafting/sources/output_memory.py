@@ -92,10 +92,7 @@ class OutputMemory:
         for t in tokens:
             toks.append(int(t))
             added += 1
-            end = len(toks) - 1
-            for n in KEY_SIZES:
-                if end + 1 >= n:
-                    self._index[n].setdefault(tuple(toks[end - n + 1:]), []).append(seq << SEQ_SHIFT | end)
+            self._index_end(seq, toks, len(toks) - 1)
         self._held += added
         while self._held > self.max_tokens and len(self._seqs) > 1:
             self._forget_oldest(keep=seq)
@@ -112,10 +109,14 @@ class OutputMemory:
         self._index = {n: {} for n in KEY_SIZES}
         for seq, toks in self._seqs.items():
             for end in range(len(toks)):
-                for n in KEY_SIZES:
-                    if end + 1 >= n:
-                        self._index[n].setdefault(tuple(toks[end - n + 1: end + 1]), []).append(seq << SEQ_SHIFT | end)
+                self._index_end(seq, toks, end)
         self._dead = 0
+
+    def _index_end(self, seq: int, toks: list[int], end: int) -> None:
+        """Index the n-grams of output ``seq`` that end at position ``end``."""
+        for n in KEY_SIZES:
+            if end + 1 >= n:
+                self._index[n].setdefault(tuple(toks[end - n + 1: end + 1]), []).append(seq << SEQ_SHIFT | end)
 
     def lookup(self, text: list[int], limit: int, exclude: int | None = None) -> MemoryMatch:
         """A continuation of ``text`` of at most ``limit`` tokens, read from outputs other than ``exclude``."""

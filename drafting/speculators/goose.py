@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass
 
 from drafting.budget.selection import most_paying_nodes
@@ -191,7 +192,7 @@ def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf
     spine = chain if isinstance(chain, Chain) else context_chain(chain, conf)
     spine_nodes = []
     parent = 0
-    for tok, key, prior in list(zip(spine.tokens, spine.keys, spine.priors))[: plan.spine]:
+    for tok, key, prior in islice(zip(spine.tokens, spine.keys, spine.priors), plan.spine):
         parent = cand.add(tok, parent, SPINE, key, prior)
         spine_nodes.append(parent)
     opts = dict(k=k, min_score=min_score, max_depth=max_depth, bigram=bigram)
