@@ -6,6 +6,9 @@ The chain is GOOSE's spine, taken from the source expected to get the most of it
   when confident), its length the spine share GOOSE would give it, from the spine-acceptance EMA tiers pulled
   towards the full chain by confidence, applied to the engine's draft limit; a consensus match is drafted
   whole (GOOSE's bypass);
+- the request's own text read the same way as the memory below: of the earlier occurrences of its longest
+  suffix (down to one token), the continuation most of them agree on, where the context matcher follows the
+  most recent one;
 - the memory of earlier outputs (drafting.sources.output_memory): what followed the longest suffix of the
   stream in other requests' answers, the continuation most of them agree on;
 - where neither has anything, a walk through the token-id adjacency table, its length bounded by that
@@ -22,14 +25,17 @@ import math
 
 from drafting.sources.context import SpineMatcher
 from drafting.engine.tree import MEMORY
-from drafting.sources.output_memory import MAX_MATCH, OutputMemory, match_bucket
+from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, match_bucket
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
 from drafting.integrations.batch_budget import ChainAcceptance
 from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
+OWN = "own"  # the request's own text, read as a memory
 TABLE = "table"
-SOURCES = (SPINE, MEMORY, TABLE)
+SOURCES = (SPINE, OWN, MEMORY, TABLE)
+OWN_KEYS = (4, 2, 1)  # n-grams of its own text the request indexes: a lone token that occurred before matches too
+OWN_MAX_TOKENS = 1 << 40  # a request's own text is never forgotten (the engine bounds its length)
 # Earlier occurrences of the matched n-gram the consensus check reads (the most recent): a context repeating one
 # token or bigram tens of thousands of times would otherwise make every proposal walk all of them.
 MAX_OCCURRENCES = 256
@@ -57,9 +63,9 @@ def table_floor(ema: float, min_path: float) -> float:
     return min(0.95, 2 * min_path) if ema < 0.2 else min_path
 
 
-def memory_kind(match: int, consensus: bool) -> tuple:
+def memory_kind(found: MemoryMatch, source: str = MEMORY) -> tuple:
     """The kind of a memory chain: its matched length (bucketed) and whether its occurrences agreed."""
-    return (MEMORY, match_bucket(match), consensus)
+    return (source, match_bucket(found.match), found.consensus)
 
 
 def agreement(chain: list[int], committed: list[int]) -> tuple[int, int]:
@@ -80,7 +86,8 @@ class RequestChain:
 
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
                  min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3),
-                 vocab_size: int | None = None, memory: OutputMemory | None = None, output_from: int | None = None):
+                 vocab_size: int | None = None, memory: OutputMemory | None = None, output_from: int | None = None,
+                 own: bool = True):
         self.table = table
         self.min_path = min_path
         self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
@@ -88,6 +95,8 @@ class RequestChain:
         self.matcher = SpineMatcher(ngram_sizes=ngram_sizes, chain=chain, chain_max=chain_max,
                                     max_occurrences=MAX_OCCURRENCES)
         self.matcher.reset(tokens)
+        self.own = OutputMemory(max_tokens=OWN_MAX_TOKENS, key_sizes=OWN_KEYS) if own else None
+        self.own_text = self.own.add(tokens) if own else None
         table.learn(tokens)
         # this request's answer is remembered as it is written (other requests draft from it at once); the
         # tokens from ``output_from`` on are answer already (the engine's first token)
@@ -143,24 +152,30 @@ class RequestChain:
         prev2 = toks[-2] if len(toks) > 1 else -1
         self.table.learn(committed, prev, prev2)
         self.matcher.extend(committed)
+        if self.own is not None:
+            self.own.extend(self.own_text, committed)
         if self.memory is not None:
             self.memory.extend(self.output, committed)
         self.last_draft, self.last_source = [], ""
         return got
 
     def candidates(self, limit: int) -> list[tuple[tuple, list[int]]]:
-        """(kind, chain) of each source with something to draft, the context's and the memory's first; the
-        adjacency table's only where neither has anything."""
+        """(kind, chain) of each source with something to draft, the context's (matcher and own text) and the
+        memory's first; the adjacency table's only where none has anything."""
         out = []
         toks = self.matcher.tokens
         m = self.matcher.spine(extend=True)
         if m.chain:
             n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
             out.append(((SPINE, m.ngram, m.consensus), [int(t) for t in m.chain[:n]]))
+        if self.own is not None:
+            found = self.own.lookup(toks[-MAX_MATCH - 1:], limit)
+            if found.chain:
+                out.append((memory_kind(found, OWN), found.chain))
         if self.memory is not None:
             found = self.memory.lookup(toks[-MAX_MATCH - 1:], limit, exclude=self.output)
             if found.chain:
-                out.append((memory_kind(found.match, found.consensus), found.chain))
+                out.append((memory_kind(found), found.chain))
         if not out:
             prev = toks[-2] if len(toks) > 1 else -1
             ema = self.ema[TABLE]

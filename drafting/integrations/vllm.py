@@ -37,7 +37,9 @@ SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom 
 SETTINGS = {  # name: (default, type, help)
     "spine": ("goose", str, "goose = GOOSE's spine share of k from EMA and confidence; full = the whole chain up to k"),
     "min_path": (0.3, float, "an adjacency chain stops when the product of its successors' shares falls below this"),
-    "ngram_min": (2, int, "shortest context n-gram matched (5 down to this; GOOSE in goose itself stops at 3)"),
+    "ngram_min": (1, int, "shortest context n-gram matched (5 down to this; GOOSE in goose itself stops at 3)"),
+    "own": (1, int, "1 = the request's own text is also read as a memory (the continuation most earlier occurrences "
+                    "of its longest suffix agree on); 0 = off"),
     "chain": (20, int, "context chain length before extension"),
     "chain_max": (100, int, "longest extended context chain"),
     "budget": ("cost", str, "cost = each step keeps the draft tokens whose acceptance chance pays for their "
@@ -88,6 +90,8 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting chance must be kind or request, not {out['chance']!r}.")
     if out["jump"] not in ("auto", "off"):
         raise SettingsError(f"GooseProposer setting jump must be auto or off, not {out['jump']!r}.")
+    if out["own"] not in (0, 1):
+        raise SettingsError(f"GooseProposer setting own must be 0 or 1, not {out['own']}.")
     if out["memory"] < 0:
         raise SettingsError(f"GooseProposer setting memory must be 0 or more tokens, not {out['memory']}.")
     if not out["knee_prior"] > 0:
@@ -157,7 +161,8 @@ class GooseProposer:
         self.settings = s
         self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
                             "full_spine": s["spine"] == "full",
-                            "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size}
+                            "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size,
+                            "own": bool(s["own"])}
         # this proposer's own memory of the answers it has seen written: never shared with another proposer
         self.memory = OutputMemory(max_tokens=s["memory"]) if s["memory"] else None
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
@@ -234,8 +239,8 @@ class GooseProposer:
         self._calls += 1
         if self.budget and self._calls % LOG_EVERY == 0:
             fit = self.cost.fit()
-            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, alpha spine %.2f memory %.2f "
-                     "table %.2f, batch %d", self.cost.knee, "measured" if fit else "prior",
+            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, alpha spine %.2f own %.2f "
+                     "memory %.2f table %.2f, batch %d", self.cost.knee, "measured" if fit else "prior",
                      1e3 * fit[1] if fit else 0.0, *(self.source_acceptance[s].alpha() for s in SOURCES), len(decoding))
         self._last_call = now
         self._last_verified = sum(1 + len(drafts.get(i, ())) for i in decoding)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 KEY_SIZES = (4, 2)  # n-grams indexed: a lookup starts from the longest that occurred before
 MAX_MATCH = 16  # tokens of agreement measured backwards from the text's end (a match's length is at most this)
 SEQ_SHIFT = 32  # an index entry is seq << SEQ_SHIFT | end position
-MATCH_BUCKETS = (2, 3, 4, 6, 8, 12, 16)  # match lengths told apart where acceptance is learned per kind of match
+MATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)  # match lengths told apart where acceptance is learned per kind of match
 
 
 def match_bucket(match: int) -> int:
@@ -50,14 +50,17 @@ NO_MEMORY = MemoryMatch(chain=[], match=0, support=0)
 class OutputMemory:
     """Earlier outputs, indexed by their n-grams; ``lookup`` proposes a continuation of a text."""
 
-    def __init__(self, max_tokens: int = 1 << 19, max_occurrences: int = 64, min_share: float = 0.1):
-        if max_tokens < 1 or max_occurrences < 1 or not 0 < min_share <= 1:
-            raise ValueError("OutputMemory needs max_tokens and max_occurrences of at least 1 and min_share in (0, 1].")
+    def __init__(self, max_tokens: int = 1 << 19, max_occurrences: int = 64, min_share: float = 0.1,
+                 key_sizes: tuple[int, ...] = KEY_SIZES):
+        if max_tokens < 1 or max_occurrences < 1 or not 0 < min_share <= 1 or not key_sizes or min(key_sizes) < 1:
+            raise ValueError("OutputMemory needs max_tokens and max_occurrences of at least 1, min_share in (0, 1] "
+                             "and n-gram key sizes of at least 1.")
         self.max_tokens = max_tokens
         self.max_occurrences = max_occurrences
         self.min_share = min_share
+        self.key_sizes = tuple(sorted(set(key_sizes), reverse=True))
         self._seqs: dict[int, list[int]] = {}  # output id -> its tokens, oldest output first
-        self._index: dict[int, dict[tuple, list[int]]] = {n: {} for n in KEY_SIZES}
+        self._index: dict[int, dict[tuple, list[int]]] = {n: {} for n in self.key_sizes}
         self._next_id = 0
         self._held = 0  # tokens of the outputs held
         self._dead = 0  # index entries of forgotten outputs, still in the index
@@ -101,12 +104,12 @@ class OutputMemory:
         oldest = next(s for s in self._seqs if s != keep)
         gone = len(self._seqs.pop(oldest))
         self._held -= gone
-        self._dead += gone * len(KEY_SIZES)
-        if self._dead > self._held * len(KEY_SIZES):
+        self._dead += gone * len(self.key_sizes)
+        if self._dead > self._held * len(self.key_sizes):
             self._rebuild()
 
     def _rebuild(self) -> None:
-        self._index = {n: {} for n in KEY_SIZES}
+        self._index = {n: {} for n in self.key_sizes}
         for seq, toks in self._seqs.items():
             for end in range(len(toks)):
                 self._index_end(seq, toks, end)
@@ -114,7 +117,7 @@ class OutputMemory:
 
     def _index_end(self, seq: int, toks: list[int], end: int) -> None:
         """Index the n-grams of output ``seq`` that end at position ``end``."""
-        for n in KEY_SIZES:
+        for n in self.key_sizes:
             if end + 1 >= n:
                 self._index[n].setdefault(tuple(toks[end - n + 1: end + 1]), []).append(seq << SEQ_SHIFT | end)
 
@@ -122,7 +125,7 @@ class OutputMemory:
         """A continuation of ``text`` of at most ``limit`` tokens, read from outputs other than ``exclude``."""
         if limit <= 0:
             return NO_MEMORY
-        for n in KEY_SIZES:
+        for n in self.key_sizes:
             if len(text) < n:
                 continue
             hits = self._index[n].get(tuple(text[-n:]))

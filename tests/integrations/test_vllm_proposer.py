@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from drafting.integrations.goose_chain import (MEMORY, SPINE, TABLE, RequestChain, agreement, spine_length, table_floor,
+from drafting.integrations.goose_chain import (MEMORY, OWN, SOURCES, SPINE, TABLE, RequestChain, agreement, spine_length, table_floor,
                                                table_length)
 from drafting.integrations.token_adjacency import TokenAdjacency
 from drafting.integrations.vllm import CLASS_PATH, GooseProposer, speculative_config
@@ -104,6 +104,8 @@ def test_several_requests_get_one_valid_chain_each():
         batch.add(repetitive(seed), prompt_len=60)
     drafted = accepted = 0
     for _ in range(40):
+        if any(batch.num_tokens_no_spec[r] >= len(t) - 1 for r, t in enumerate(batch.targets)):
+            break  # a request wrote its whole stream: it would leave the batch
         sampled = batch.step()
         for row, s in enumerate(sampled):
             # the accepted part of each previous draft reaches the proposer through sampled_token_ids
@@ -114,9 +116,9 @@ def test_several_requests_get_one_valid_chain_each():
         drafted += sum(map(len, drafts))
     assert p.active == 4
     s = p.stats()
-    accepted = s["spine_accepted"] + s["table_accepted"]
+    accepted = sum(s[f"{src}_accepted"] for src in SOURCES)
     assert drafted > 0 and accepted > 0
-    assert accepted <= s["spine_drafted"] + s["table_drafted"]
+    assert accepted <= sum(s[f"{src}_drafted"] for src in SOURCES)
 
 
 def test_partial_prefill_drafts_nothing_and_holds_no_state():
@@ -274,7 +276,7 @@ def test_settings_from_text_and_environment(monkeypatch):
     s = parse_settings("spine=full, min_path=0.2")
     assert (s["spine"], s["min_path"], s["chain"]) == ("full", 0.2, 20)
     assert parse_settings("ngram_min=3+spine=full") == {**parse_settings("spine=full"), "ngram_min": 3}
-    for bad in ("spine=tree", "min_path=x", "nope=1", "spine", "ngram_min=6"):
+    for bad in ("spine=tree", "min_path=x", "nope=1", "spine", "ngram_min=6", "own=2"):
         with pytest.raises(SettingsError):
             parse_settings(bad)
     monkeypatch.setenv(SETTINGS_ENV, "spine=full+budget=off")
@@ -286,12 +288,13 @@ def test_settings_from_text_and_environment(monkeypatch):
     seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
     row[0, : len(seq)] = seq
     full = p.propose([[3]], np.array([len(seq)]), row)[0]
-    part = proposer(settings="budget=off").propose([[3]], np.array([len(seq)]), row)[0]
+    part = proposer(settings="budget=off,own=0").propose([[3]], np.array([len(seq)]), row)[0]
     assert full == list(range(4, 12)) and len(part) < len(full) and full[: len(part)] == part
-    # bigram context matches by default; ngram_min=3 (goose's own matcher) leaves the adjacency table's single token
+    # the context matches down to one token by default; ngram_min=3 (goose's own matcher) leaves the adjacency
+    # table's single token
     seq2 = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 2]
     row[0, : len(seq2)] = seq2
-    assert proposer(settings="ngram_min=3").propose([[2]], np.array([len(seq2)]), row)[0] == [3]
+    assert proposer(settings="ngram_min=3,own=0").propose([[2]], np.array([len(seq2)]), row)[0] == [3]
     assert proposer(settings="").propose([[2]], np.array([len(seq2)]), row)[0][:3] == [3, 4, 5]
 
 
@@ -341,7 +344,7 @@ def test_a_later_request_drafts_an_earlier_answer_from_the_memory():
 def test_the_candidate_expected_to_get_more_accepted_is_drafted_and_every_candidate_teaches():
     # the context says 4 5 6 after 1 2 3; the earlier answer (and the truth) says 4 7 8
     truth = [1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12]
-    p = proposer(settings="budget=off,spine=full")
+    p = proposer(settings="budget=off,spine=full,own=0")
     answer_once(p, [60, 61] + [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13], prompt_len=2)
     batch = FakeBatch()
     batch.add(truth, prompt_len=10)  # the first sampled token ends ... 1 2 3
@@ -360,9 +363,26 @@ def test_the_candidate_expected_to_get_more_accepted_is_drafted_and_every_candid
     # and a request offered both drafts the one its score rates higher
     stream = [1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]
     for prefer, expect in ((MEMORY, [7, 8, 9]), (SPINE, [5, 6, 0])):
-        st2 = RequestChain(stream, TokenAdjacency(), memory=p.memory, full_spine=True)
+        st2 = RequestChain(stream, TokenAdjacency(), memory=p.memory, full_spine=True, own=False)
         d = st2.propose(3, lambda kind, chain: float(kind[0] == prefer))
         assert st2.last_source == prefer and d == expect
+
+
+def test_the_requests_own_text_offers_what_most_of_its_earlier_occurrences_continue_with():
+    # after 5 the text went on 7 8 twice and 9 once, most recently: the context matcher follows the most recent
+    # occurrence, the own text the majority, and both are offered
+    stream = [5, 7, 8, 1, 5, 7, 8, 2, 5, 9, 3, 4, 5]
+    st = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1))
+    offered = dict(st.candidates(4))
+    own = next(kind for kind in offered if kind[0] == OWN)
+    assert offered[own][:2] == [7, 8] and own == (OWN, 1, False)  # one token matched, the occurrences split
+    assert offered[next(kind for kind in offered if kind[0] == SPINE)][:2] == [9, 3]
+    st.advance([7, 8])  # the own text learns what is committed: it now ends 5 7 8, matched 3 tokens long
+    found = st.own.lookup(st.tokens[-16:], 4)
+    assert found.match == 3 and found.support == 2 and found.chain[0] in (1, 2)
+    off = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1), own=False)
+    assert off.own is None and all(kind[0] != OWN for kind, _ in off.candidates(4))
+    assert proposer(settings="own=0")._chain_args["own"] is False
 
 
 def test_agreement_reads_what_the_committed_tokens_decide():
