@@ -48,7 +48,7 @@ PROVENANCE_LABEL = {
 }
 
 SPINE_SOURCES = {"spine", "context"}
-BRANCH_SOURCES = {"spine-branch", "root-alt", "adjacency", "memory"}
+BRANCH_SOURCES = {"spine-branch", "root-alt", "adjacency", "memory", "own"}
 GUESS_SOURCES = {"pool", "ptd-guess"}
 
 

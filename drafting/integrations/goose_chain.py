@@ -24,18 +24,15 @@ from __future__ import annotations
 import math
 
 from drafting.sources.context import SpineMatcher
-from drafting.engine.tree import MEMORY
-from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, match_bucket
+from drafting.engine.tree import MEMORY, OWN_TEXT
+from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, match_bucket, text_memory
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
 from drafting.integrations.batch_budget import ChainAcceptance
 from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
-OWN = "own"  # the request's own text, read as a memory
 TABLE = "table"
-SOURCES = (SPINE, OWN, MEMORY, TABLE)
-OWN_KEYS = (4, 2, 1)  # n-grams of its own text the request indexes: a lone token that occurred before matches too
-OWN_MAX_TOKENS = 1 << 40  # a request's own text is never forgotten (the engine bounds its length)
+SOURCES = (SPINE, OWN_TEXT, MEMORY, TABLE)
 # Earlier occurrences of the matched n-gram the consensus check reads (the most recent): a context repeating one
 # token or bigram tens of thousands of times would otherwise make every proposal walk all of them.
 MAX_OCCURRENCES = 256
@@ -95,7 +92,7 @@ class RequestChain:
         self.matcher = SpineMatcher(ngram_sizes=ngram_sizes, chain=chain, chain_max=chain_max,
                                     max_occurrences=MAX_OCCURRENCES)
         self.matcher.reset(tokens)
-        self.own = OutputMemory(max_tokens=OWN_MAX_TOKENS, key_sizes=OWN_KEYS) if own else None
+        self.own = text_memory() if own else None
         self.own_text = self.own.add(tokens) if own else None
         table.learn(tokens)
         # this request's answer is remembered as it is written (other requests draft from it at once); the
@@ -171,7 +168,7 @@ class RequestChain:
         if self.own is not None:
             found = self.own.lookup(toks[-MAX_MATCH - 1:], limit)
             if found.chain:
-                out.append((memory_kind(found, OWN), found.chain))
+                out.append((memory_kind(found, OWN_TEXT), found.chain))
         if self.memory is not None:
             found = self.memory.lookup(toks[-MAX_MATCH - 1:], limit, exclude=self.output)
             if found.chain:

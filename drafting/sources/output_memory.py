@@ -177,3 +177,14 @@ class OutputMemory:
             shares.append(share)
             alive = [(toks, end) for toks, end in alive if end + depth < len(toks) and toks[end + depth] == tok]
         return MemoryMatch(chain=chain, match=match, support=support, shares=shares)
+
+
+TEXT_KEYS = (4, 2, 1)  # a text read as its own memory: a lone token that occurred before matches too
+
+
+def text_memory(key_sizes: tuple[int, ...] = TEXT_KEYS) -> OutputMemory:
+    """A memory holding one text (a prompt and the answer so far, ``add`` then ``extend``) to read its own
+    continuations from: the majority of the earlier occurrences of its longest suffix, down to one token, where
+    the context matcher (drafting.sources.context) follows the most recent occurrence. It never forgets (the
+    model's length bounds the text)."""
+    return OutputMemory(max_tokens=1 << 40, key_sizes=key_sizes)

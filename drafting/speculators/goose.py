@@ -7,11 +7,13 @@ the spine's share (base ratio from the spine-acceptance EMA tiers, pulled toward
 confidence the whole budget goes to the spine (bypass: a plain chain). Routes per step: spine tree,
 branch-only tree (no match), plain chain (bypass), single step (nothing to draft).
 
-A second chain source, the memory of earlier outputs (drafting.sources.output_memory: what followed the
-longest suffix of the text in this speculator's earlier answers), competes for the spine: the chain expected to
-get more tokens accepted (by the acceptance learned for each source, match kind and depth) is laid as the
-spine, and the other hangs off the root as a chain of its own, sharing the spine's nodes where they agree. The
-step info names the spine's source (``spine_source``).
+Two more chain sources compete for the spine: the memory of earlier outputs (drafting.sources.output_memory:
+what followed the longest suffix of the text in this speculator's earlier answers) and the text so far read the
+same way (the continuation most earlier occurrences of its longest suffix agree on, where the context matcher
+follows the most recent one). The chain expected to get most tokens accepted (by the acceptance learned for
+each source, match kind and depth) is laid as the spine, and the next one hangs off the root as a chain of its
+own, sharing the spine's nodes where they agree. The step info names the spine's source (``spine_source``:
+context, own, memory or none).
 
 Ablation switches (the paper's four): ``rho=0`` (no spine branches), ``bigram=off``, ``confidence=off`` (fixed
 budget and ratio, no bypass, no chain extension), ``harvest=off`` (no prefill harvest). ``budget=60``
@@ -26,11 +28,11 @@ from itertools import islice
 from dataclasses import dataclass
 
 from drafting.budget.selection import most_paying_nodes
-from drafting.engine.tree import CONTEXT, MEMORY, ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
+from drafting.engine.tree import CONTEXT, MEMORY, OWN_TEXT, ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
 from drafting.engine.speculator import Settings, StepResult, option
 from drafting.errors import SpecError
 from drafting.sources.context import match_confidence
-from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, match_bucket
+from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, match_bucket, text_memory
 from drafting.speculators.tree_base import (
     Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
     min_score_field, score_bucket,
@@ -81,10 +83,10 @@ def spine_prior(conf: float) -> float:
     return 0.3 + 0.6 * conf
 
 
-def memory_key(match: int, share: float, depth: int):
+def memory_key(match: int, share: float, depth: int, source: str = MEMORY):
     """Acceptance key of a memory chain's node: the matched length (bucketed), the share of the earlier
     occurrences that continue along it, its depth."""
-    return (MEMORY, match_bucket(match), score_bucket(share), min(depth, 12))
+    return (source, match_bucket(match), score_bucket(share), min(depth, 12))
 
 
 def memory_prior(share: float, support: int) -> float:
@@ -92,6 +94,10 @@ def memory_prior(share: float, support: int) -> float:
     (one earlier occurrence says little)."""
     return 0.2 + 0.6 * share * support / (support + 1)
 
+
+# The own text's n-grams: no single tokens here, unlike inside vLLM (goose_chain.py): a one-token match took the
+# spine from the root alternatives (the model's own harvested predictions) and cost speed on mixed_small.
+OWN_KEYS = (4, 2)
 
 BRANCH_SCORES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9, 1.0)  # the top of each score bucket (tree_base)
 
@@ -160,10 +166,10 @@ def context_chain(chain: list[int], conf: float) -> Chain:
                  CONTEXT)
 
 
-def memory_chain(found: MemoryMatch) -> Chain:
+def memory_chain(found: MemoryMatch, source: str = MEMORY) -> Chain:
     shares = found.shares
-    return Chain(list(found.chain), [memory_key(found.match, sh, d) for d, sh in enumerate(shares, 1)],
-                 [memory_prior(sh, found.support) for sh in shares], MEMORY)
+    return Chain(list(found.chain), [memory_key(found.match, sh, d, source) for d, sh in enumerate(shares, 1)],
+                 [memory_prior(sh, found.support) for sh in shares], source)
 
 
 def hang_chain(cand: Candidates, chain: Chain, most: int) -> int:
@@ -231,6 +237,8 @@ class GooseSettings(Settings):
     chain_max: int = option(100, "longest extended context chain")
     memory: int = option(1 << 19, "tokens of earlier answers remembered as a chain source competing for the spine "
                                   "(the oldest forgotten first); 0 = no memory (the paper's GOOSE)")
+    own: bool = option(True, "read the text so far as a memory too (the continuation most earlier occurrences of its "
+                             "longest suffix agree on), competing for the spine (off = the paper's GOOSE)")
     cache: str = cache_field()
 
 
@@ -252,6 +260,8 @@ class Goose(TreeSpeculator):
         # this speculator's own earlier answers: never shared with another speculator instance
         self.memory = OutputMemory(max_tokens=s.memory) if s.memory else None
         self._answer: int | None = None  # the answer being written, in the memory
+        self._own: OutputMemory | None = None  # the text so far, indexed as a memory (own=1)
+        self._own_len = 0
 
     def table_size(self) -> int:
         return self.settings.k
@@ -260,6 +270,19 @@ class Goose(TreeSpeculator):
         super().reset(context)
         self.ema = 0.5
         self._start_answer()
+        self._own = None
+
+    def own_text(self, context: list[int]) -> OutputMemory | None:
+        """The text so far indexed as a memory, brought up to ``context`` (built anew where it is not an extension
+        of what was indexed)."""
+        if not self.settings.own:
+            return None
+        if self._own is None or len(context) < self._own_len:
+            self._own = text_memory(OWN_KEYS)
+            self._own_seq, self._own_len = self._own.open(), 0
+        self._own.extend(self._own_seq, context[self._own_len:])
+        self._own_len = len(context)
+        return self._own
 
     def resume(self, context: list[int]) -> bool:
         if not super().resume(context):
@@ -287,7 +310,9 @@ class Goose(TreeSpeculator):
         use_conf = s.confidence
         m = self.matcher.spine(extend=use_conf)
         base = 60 if self.auto else int(s.budget)
-        spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base)
+        own = self.own_text(context)
+        own_found = own.lookup(context[-MAX_MATCH - 1:], s.chain) if own is not None else NO_MEMORY
+        spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base, own_found)
         plan = plan_budget(len(spine.tokens), conf, self.ema, base, s.rho, use_conf, full_spine=self.auto)
         self._spine = Chain(spine.tokens[: plan.spine], spine.keys, spine.priors, SPINE)
         self._side = side
@@ -305,18 +330,23 @@ class Goose(TreeSpeculator):
                      "spine_source": spine.source if spine.tokens else "none"}
         return cand
 
-    def pick_spine(self, m, found: MemoryMatch, base: int) -> tuple[Chain, Chain | None, float]:
-        """(spine, side chain, confidence): of the context's chain and the memory's, the one expected to get more
-        tokens accepted is the spine (the context's on a tie); a memory spine's confidence is the context
-        rule's for its length and agreement, so a consensus of earlier answers is drafted whole too."""
+    def pick_spine(self, m, found: MemoryMatch, base: int,
+                   own: MemoryMatch = NO_MEMORY) -> tuple[Chain, Chain | None, float]:
+        """(spine, side chain, confidence): of the context's chain, the own text's and the memory's, the one
+        expected to get most tokens accepted is the spine (the context's on a tie) and the next one the side
+        chain; a memory spine's confidence is the context rule's for its length and agreement, so a consensus of
+        earlier occurrences is drafted whole too."""
         ctx = context_chain(m.chain, m.confidence)
-        if not found.chain:
+        ranked = [(ctx, m.confidence)] if ctx.tokens else []
+        for match, source in ((own, OWN_TEXT), (found, MEMORY)):
+            if match.chain:
+                ranked.append((memory_chain(match, source), match_confidence(len(match.chain), match.consensus)))
+        if len(ranked) > 1:
+            span = max(1, min(base, 16))  # compared over the depth a spine is mostly verified at
+            ranked.sort(key=lambda c: -c[0].expected(self.acceptance, span))  # stable: the context's on a tie
+        if not ranked:
             return ctx, None, m.confidence
-        mem = memory_chain(found)
-        span = max(1, min(base, 16))  # compared over the depth a spine is mostly verified at
-        if not ctx.tokens or mem.expected(self.acceptance, span) > ctx.expected(self.acceptance, span):
-            return mem, (ctx if ctx.tokens else None), match_confidence(len(mem.tokens), found.consensus)
-        return ctx, mem, m.confidence
+        return ranked[0][0], (ranked[1][0] if len(ranked) > 1 else None), ranked[0][1]
 
     @property
     def prefill_logit_rows(self) -> int | None:

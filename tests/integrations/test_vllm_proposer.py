@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from drafting.integrations.goose_chain import (MEMORY, OWN, SOURCES, SPINE, TABLE, RequestChain, agreement, spine_length, table_floor,
+from drafting.integrations.goose_chain import (MEMORY, OWN_TEXT, SOURCES, SPINE, TABLE, RequestChain, agreement, spine_length, table_floor,
                                                table_length)
 from drafting.integrations.token_adjacency import TokenAdjacency
 from drafting.integrations.vllm import CLASS_PATH, GooseProposer, speculative_config
@@ -374,14 +374,14 @@ def test_the_requests_own_text_offers_what_most_of_its_earlier_occurrences_conti
     stream = [5, 7, 8, 1, 5, 7, 8, 2, 5, 9, 3, 4, 5]
     st = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1))
     offered = dict(st.candidates(4))
-    own = next(kind for kind in offered if kind[0] == OWN)
-    assert offered[own][:2] == [7, 8] and own == (OWN, 1, False)  # one token matched, the occurrences split
+    own = next(kind for kind in offered if kind[0] == OWN_TEXT)
+    assert offered[own][:2] == [7, 8] and own == (OWN_TEXT, 1, False)  # one token matched, the occurrences split
     assert offered[next(kind for kind in offered if kind[0] == SPINE)][:2] == [9, 3]
     st.advance([7, 8])  # the own text learns what is committed: it now ends 5 7 8, matched 3 tokens long
     found = st.own.lookup(st.tokens[-16:], 4)
     assert found.match == 3 and found.support == 2 and found.chain[0] in (1, 2)
     off = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1), own=False)
-    assert off.own is None and all(kind[0] != OWN for kind, _ in off.candidates(4))
+    assert off.own is None and all(kind[0] != OWN_TEXT for kind, _ in off.candidates(4))
     assert proposer(settings="own=0")._chain_args["own"] is False
 
 

@@ -6,14 +6,15 @@ import pytest
 from drafting.engine.decode import Decoder
 from drafting.errors import SpecError
 from drafting.speculators import create
-from drafting.engine.tree import SPINE, SPINE_BRANCH
+from drafting.engine.tree import OWN_TEXT, SPINE, SPINE_BRANCH
+from drafting.sources.output_memory import NO_MEMORY
 
 PROMPT = [1, 5, 9, 13, 5, 9, 13, 17, 21, 5, 9, 13, 17, 21, 25, 5, 9, 13]
 
 
 @pytest.mark.parametrize(
     "spec", ["tr", "tr:budget=80", "iso", "iso:k=5,budget=60", "goose", "goose:budget=60", "goose:rho=0",
-             "goose:bigram=off", "goose:confidence=off", "goose:harvest=off", "goose:memory=0"],
+             "goose:bigram=off", "goose:confidence=off", "goose:harvest=off", "goose:memory=0", "goose:own=off"],
 )
 def test_tiny_model_matches_ar(tiny_lm, spec):
     want = Decoder(tiny_lm, create("ar")).generate(PROMPT, 40).output_ids
@@ -50,12 +51,27 @@ def test_goose_recalls_its_earlier_answers_and_says_where_its_spine_came_from(ti
     again = dec.generate(PROMPT, 40)  # the memory now holds the first answer
     assert first.output_ids == again.output_ids == want
     sources = [rec.info["spine_source"] for rec in again.records]
-    assert set(sources) <= {"context", "memory", "none"} and "memory" in sources
+    assert set(sources) <= {"context", "own", "memory", "none"} and "memory" in sources
     assert "memory" not in [rec.info["spine_source"] for rec in first.records]
-    fresh = Decoder(tiny_lm, create("goose:budget=60,memory=0")).generate(PROMPT, 40)
+    fresh = Decoder(tiny_lm, create("goose:budget=60,memory=0,own=off")).generate(PROMPT, 40)
     assert fresh.output_ids == want and {rec.info["spine_source"] for rec in fresh.records} <= {"context", "none"}
     with pytest.raises(SpecError, match="memory"):
         create("goose:memory=-1")
+
+
+def test_goose_reads_its_own_text_by_the_majority_of_earlier_occurrences():
+    # after "5 9" the text went on "1 2" twice and "3 4" once, most recently; no 3-gram of its end occurred before,
+    # so the context matcher has nothing and the own text's majority is the spine
+    context = [7, 5, 9, 1, 2, 5, 9, 1, 2, 6, 5, 9, 3, 4, 8, 5, 9]
+    spec = create("goose:budget=60")
+    spec.reset(context)
+    found = spec.own_text(context).lookup(context[-17:], 20)
+    assert found.chain[:2] == [1, 2] and found.support == 3
+    spine, side, _ = spec.pick_spine(spec.matcher.spine(), NO_MEMORY, 60, found)
+    assert spine.source == OWN_TEXT and spine.tokens[:2] == [1, 2] and side is None
+    longer = context + [1, 2, 5, 9]  # the own text follows the context as it grows: "9 1 2 5 9" is new
+    assert spec.own_text(longer).lookup(longer[-17:], 20).match == 6
+    assert create("goose:own=off").own_text(context) is None
 
 
 def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
