@@ -19,7 +19,7 @@ SPINE_BRANCH = "spine-branch"  # GOOSE: adjacency successors hung off spine node
 ROOT_ALT = "root-alt"  # GOOSE: adjacency alternatives hung off the root
 ADJACENCY = "adjacency"  # Token Recycling table
 MEMORY = "memory"  # GOOSE: a chain read from earlier answers (drafting.sources.output_memory)
-OWN_TEXT = "own"  # GOOSE: a chain read from the text so far as a memory (output_memory.text_memory)
+OWN_TEXT = "own"  # GOOSE: a chain read from the text so far as a memory (output_memory.TextMemory)
 POOL = "pool"  # n-gram / candidate pool (Lookahead, PTD guess tree)
 
 class DraftTree:

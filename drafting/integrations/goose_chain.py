@@ -25,7 +25,7 @@ import math
 
 from drafting.sources.context import SpineMatcher
 from drafting.engine.tree import MEMORY, OWN_TEXT
-from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, match_bucket, text_memory
+from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, TextMemory, match_bucket
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
 from drafting.integrations.batch_budget import ChainAcceptance
 from drafting.integrations.token_adjacency import TokenAdjacency
@@ -92,8 +92,9 @@ class RequestChain:
         self.matcher = SpineMatcher(ngram_sizes=ngram_sizes, chain=chain, chain_max=chain_max,
                                     max_occurrences=MAX_OCCURRENCES)
         self.matcher.reset(tokens)
-        self.own = text_memory() if own else None
-        self.own_text = self.own.add(tokens) if own else None
+        self.own = TextMemory() if own else None
+        if self.own is not None:
+            self.own.extend(tokens)
         table.learn(tokens)
         # this request's answer is remembered as it is written (other requests draft from it at once); the
         # tokens from ``output_from`` on are answer already (the engine's first token)
@@ -150,7 +151,7 @@ class RequestChain:
         self.table.learn(committed, prev, prev2)
         self.matcher.extend(committed)
         if self.own is not None:
-            self.own.extend(self.own_text, committed)
+            self.own.extend(committed)
         if self.memory is not None:
             self.memory.extend(self.output, committed)
         self.last_draft, self.last_source = [], ""
@@ -166,7 +167,7 @@ class RequestChain:
             n = spine_length(len(m.chain), m.confidence, m.consensus or self.full_spine, self.ema[SPINE], limit)
             out.append(((SPINE, m.ngram, m.consensus), [int(t) for t in m.chain[:n]]))
         if self.own is not None:
-            found = self.own.lookup(toks[-MAX_MATCH - 1:], limit)
+            found = self.own.lookup(limit)
             if found.chain:
                 out.append((memory_kind(found, OWN_TEXT), found.chain))
         if self.memory is not None:

@@ -73,6 +73,10 @@ class OutputMemory:
     def outputs(self) -> int:
         return len(self._seqs)
 
+    def tokens(self, seq: int) -> list[int]:
+        """Output ``seq``'s tokens: the memory's own list, grown by ``extend`` (read it, do not change it)."""
+        return self._seqs[seq]
+
     def open(self) -> int:
         """Start an output; its tokens come with ``extend``. Returns its id."""
         seq = self._next_id
@@ -182,9 +186,19 @@ class OutputMemory:
 TEXT_KEYS = (4, 2, 1)  # a text read as its own memory: a lone token that occurred before matches too
 
 
-def text_memory(key_sizes: tuple[int, ...] = TEXT_KEYS) -> OutputMemory:
-    """A memory holding one text (a prompt and the answer so far, ``add`` then ``extend``) to read its own
-    continuations from: the majority of the earlier occurrences of its longest suffix, down to one token, where
-    the context matcher (drafting.sources.context) follows the most recent occurrence. It never forgets (the
-    model's length bounds the text)."""
-    return OutputMemory(max_tokens=1 << 40, key_sizes=key_sizes)
+class TextMemory:
+    """One text (a prompt and the answer so far) read as its own memory: the continuation the majority of the
+    earlier occurrences of its longest suffix agree on, where the context matcher (drafting.sources.context)
+    follows the most recent occurrence. It never forgets (the model's length bounds the text)."""
+
+    def __init__(self, key_sizes: tuple[int, ...] = TEXT_KEYS):
+        self._memory = OutputMemory(max_tokens=1 << 40, key_sizes=key_sizes)
+        self._seq = self._memory.open()
+        self.text = self._memory.tokens(self._seq)  # the memory's own list of the text's tokens
+
+    def extend(self, tokens) -> None:
+        self._memory.extend(self._seq, tokens)
+
+    def lookup(self, limit: int) -> MemoryMatch:
+        """A continuation of the text of at most ``limit`` tokens, read from the text's own earlier occurrences."""
+        return self._memory.lookup(self.text[-MAX_MATCH - 1:], limit)

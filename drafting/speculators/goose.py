@@ -32,7 +32,7 @@ from drafting.engine.tree import CONTEXT, MEMORY, OWN_TEXT, ROOT_ALT, SPINE, SPI
 from drafting.engine.speculator import Settings, StepResult, option
 from drafting.errors import SpecError
 from drafting.sources.context import match_confidence
-from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, match_bucket, text_memory
+from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, TextMemory, match_bucket
 from drafting.speculators.tree_base import (
     Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
     min_score_field, score_bucket,
@@ -260,8 +260,7 @@ class Goose(TreeSpeculator):
         # this speculator's own earlier answers: never shared with another speculator instance
         self.memory = OutputMemory(max_tokens=s.memory) if s.memory else None
         self._answer: int | None = None  # the answer being written, in the memory
-        self._own: OutputMemory | None = None  # the text so far, indexed as a memory (own=1)
-        self._own_len = 0
+        self._own: TextMemory | None = None  # the text so far, indexed as a memory (own=on)
 
     def table_size(self) -> int:
         return self.settings.k
@@ -272,16 +271,14 @@ class Goose(TreeSpeculator):
         self._start_answer()
         self._own = None
 
-    def own_text(self, context: list[int]) -> OutputMemory | None:
-        """The text so far indexed as a memory, brought up to ``context`` (built anew where it is not an extension
-        of what was indexed)."""
+    def own_text(self, context: list[int]) -> TextMemory | None:
+        """The text so far indexed as a memory, brought up to ``context`` (built anew where it is shorter than
+        what was indexed: a new prompt)."""
         if not self.settings.own:
             return None
-        if self._own is None or len(context) < self._own_len:
-            self._own = text_memory(OWN_KEYS)
-            self._own_seq, self._own_len = self._own.open(), 0
-        self._own.extend(self._own_seq, context[self._own_len:])
-        self._own_len = len(context)
+        if self._own is None or len(context) < len(self._own.text):
+            self._own = TextMemory(OWN_KEYS)
+        self._own.extend(context[len(self._own.text):])
         return self._own
 
     def resume(self, context: list[int]) -> bool:
@@ -311,7 +308,7 @@ class Goose(TreeSpeculator):
         m = self.matcher.spine(extend=use_conf)
         base = 60 if self.auto else int(s.budget)
         own = self.own_text(context)
-        own_found = own.lookup(context[-MAX_MATCH - 1:], s.chain) if own is not None else NO_MEMORY
+        own_found = own.lookup(s.chain) if own is not None else NO_MEMORY
         spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base, own_found)
         plan = plan_budget(len(spine.tokens), conf, self.ema, base, s.rho, use_conf, full_spine=self.auto)
         self._spine = Chain(spine.tokens[: plan.spine], spine.keys, spine.priors, SPINE)

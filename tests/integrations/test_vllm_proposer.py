@@ -378,7 +378,7 @@ def test_the_requests_own_text_offers_what_most_of_its_earlier_occurrences_conti
     assert offered[own][:2] == [7, 8] and own == (OWN_TEXT, 1, False)  # one token matched, the occurrences split
     assert offered[next(kind for kind in offered if kind[0] == SPINE)][:2] == [9, 3]
     st.advance([7, 8])  # the own text learns what is committed: it now ends 5 7 8, matched 3 tokens long
-    found = st.own.lookup(st.tokens[-16:], 4)
+    found = st.own.lookup(4)
     assert found.match == 3 and found.support == 2 and found.chain[0] in (1, 2)
     off = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1), own=False)
     assert off.own is None and all(kind[0] != OWN_TEXT for kind, _ in off.candidates(4))

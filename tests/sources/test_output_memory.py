@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from drafting.sources.output_memory import MAX_MATCH, OutputMemory, text_memory
+from drafting.sources.output_memory import MAX_MATCH, OutputMemory, TextMemory
 
 
 def test_the_continuation_most_earlier_outputs_agree_on_is_proposed():
@@ -107,12 +107,15 @@ def test_bad_bounds_are_refused_in_one_sentence():
 
 
 def test_a_text_read_as_its_own_memory_matches_down_to_one_token():
-    text = text_memory()
-    seq = text.add([5, 7, 8, 3, 5])
-    found = text.lookup([5, 7, 8, 3, 5], 4)  # only the lone 5 occurred before (the text's own end is skipped)
+    text = TextMemory()
+    text.extend([5, 7, 8, 3, 5])
+    found = text.lookup(4)  # only the lone 5 occurred before (the text's own end is skipped)
     assert found.chain == [7, 8, 3, 5] and found.match == 1 and found.support == 1
-    text.extend(seq, [7])
-    assert text.lookup([5, 7, 8, 3, 5, 7], 2).chain == [8, 3] and text.lookup([5, 7, 8, 3, 5, 7], 2).match == 2
-    assert text_memory((4, 2)).lookup([5, 7, 8, 3, 5], 4).chain == []  # nothing to read yet, and no single tokens
+    text.extend([7])
+    assert text.text == [5, 7, 8, 3, 5, 7]
+    assert text.lookup(2).chain == [8, 3] and text.lookup(2).match == 2
+    bigrams = TextMemory((4, 2))
+    bigrams.extend([5, 7, 8, 3, 5])
+    assert bigrams.lookup(4).chain == []  # "3 5" never occurred before, and no single tokens
     with pytest.raises(ValueError):
         OutputMemory(key_sizes=(0,))

@@ -65,12 +65,12 @@ def test_goose_reads_its_own_text_by_the_majority_of_earlier_occurrences():
     context = [7, 5, 9, 1, 2, 5, 9, 1, 2, 6, 5, 9, 3, 4, 8, 5, 9]
     spec = create("goose:budget=60")
     spec.reset(context)
-    found = spec.own_text(context).lookup(context[-17:], 20)
+    found = spec.own_text(context).lookup(20)
     assert found.chain[:2] == [1, 2] and found.support == 3
     spine, side, _ = spec.pick_spine(spec.matcher.spine(), NO_MEMORY, 60, found)
     assert spine.source == OWN_TEXT and spine.tokens[:2] == [1, 2] and side is None
     longer = context + [1, 2, 5, 9]  # the own text follows the context as it grows: "9 1 2 5 9" is new
-    assert spec.own_text(longer).lookup(longer[-17:], 20).match == 6
+    assert spec.own_text(longer).lookup(20).match == 6
     assert create("goose:own=off").own_text(context) is None
 
 
