@@ -20,7 +20,7 @@ def doctor(
     engine: Engine = "transformers",
     modes: Annotated[
         Optional[str],
-        typer.Option("--modes", help="Comma-separated modes to measure, DTYPE[+WEIGHTS], e.g. 'float32,bfloat16,bfloat16+int8'; default: every mode this device offers."),
+        typer.Option("--modes", help="Comma-separated modes to measure, DTYPE[+WEIGHTS], e.g. 'float32,bfloat16,bfloat16+int8'; on --engine llama.cpp: auto (the GGUF's own weights) and q8_0 (a Q8_0 copy of them); default: every mode this device offers."),
     ] = None,
     prefix: Annotated[int, typer.Option("--prefix", help="Tokens already in the KV cache when the forwards are timed (also the prefill length timed).", min=1)] = 256,
     max_rows: Annotated[
@@ -43,7 +43,9 @@ def doctor(
     from drafting.errors import ModelError
     from drafting.models.loader import resolve_device
     from drafting.weights.probe import write_cached
-    from drafting.machine.doctor import QUICK_SIZES, auto_choice, fastest, parse_modes, profile_modes, format_choices
+    from drafting.machine.doctor import (
+        QUICK_SIZES, auto_choice, engine_modes, fastest, format_choices, parse_modes, profile_modes,
+    )
 
     from functools import partial
 
@@ -56,9 +58,7 @@ def doctor(
     other_engine = engine != TRANSFORMERS
     try:
         dev = resolve_device("cpu" if other_engine and device == "auto" else device)
-        if other_engine and modes:
-            fail(f"--modes are the transformers engine's dtypes and weight formats; {engine} runs the GGUF's own weights.")
-        mode_list = [Mode("auto", "auto", engine)] if other_engine else parse_modes(modes, dev)
+        mode_list = engine_modes(modes, engine) if other_engine else parse_modes(modes, dev)
     except ModelError as exc:
         fail(str(exc))
     if json_out is not None and json_out.is_dir():
@@ -78,7 +78,7 @@ def doctor(
             model, device, mode_list, sizes=sizes, prefix=prefix, repeats=repeats, stop_when_busy=not even_if_busy,
             on_mode=lambda m: status.update(f"goose doctor: measuring {m.label}"), loader=partial(load_model, engine=engine),
         )
-    if all(p.error for p in profiles):
+    if all(p.error for p in profiles) or (other_engine and profiles[0].error):  # the model itself does not load
         fail(profiles[0].error)  # the model does not load at all (bad path, missing file): one sentence
     if busy and not even_if_busy:
         fail(f"The machine is busy ({busy}), so its timings would be far from this machine's speed; run goose "
@@ -103,8 +103,14 @@ def doctor(
     best = fastest(profiles)
     if other_engine:
         if best is not None:
-            out.print(f"one-token step on {best.mode}: {1000 * best.step_s:.1f} ms; a {sizes[-1]}-row pass costs "
+            out.print(f"fastest one-token step: {best.mode}, {1000 * best.step_s:.1f} ms; a {sizes[-1]}-row pass costs "
                       f"{best.seconds[-1] / best.seconds[0]:.1f}x one (what its tree budgets read).")
+        own = profiles[0]
+        for p in profiles[1:]:
+            if p.error is None and p.seconds and own.seconds and p.prefill_tokens_per_s:
+                out.print(f"--weights {p.weights} against the file's own: one-token steps "
+                          f"{own.step_s / p.step_s:.2f}x as fast, {sizes[-1]}-row passes "
+                          f"{own.seconds[-1] / p.seconds[-1]:.2f}x, prefill {p.prefill_tokens_per_s / own.prefill_tokens_per_s:.2f}x.")
         _write_json(json_out, {"engine": engine, "threads": threads, "prefix": prefix, "repeats": repeats,
                                "sizes": sizes, "busy": busy, "modes": [p.to_dict() for p in profiles]}, err)
         return

@@ -41,7 +41,7 @@ class Mode:
 
     dtype: str
     weights: str = FLOAT.name
-    engine: str = TRANSFORMERS  # another engine (llama.cpp) has one mode: the file's own weights, dtype and weights auto
+    engine: str = TRANSFORMERS  # on llama.cpp: dtype auto, weights auto (the file's own) or a re-encoding (q8_0)
 
     @property
     def label(self) -> str:
@@ -102,6 +102,22 @@ def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
     if not out:
         raise ModelError("No mode given; name at least one, e.g. float32,bfloat16,bfloat16+int8.")
     return out
+
+
+def engine_modes(text: str | None, engine: str) -> list[Mode]:
+    """The modes of an engine that runs GGUF files itself (llama.cpp): ``auto`` (the file's own weights) and its
+    re-encodings (``q8_0``); None = all of them."""
+    from drafting.engine.llama.reencode import FORMATS
+
+    names = [AUTO, *FORMATS]
+    asked = names if text is None or text.strip() == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    for name in asked:
+        if name not in names:
+            raise ModelError(f"Unknown {engine} mode {name!r}; use {' or '.join(names)} (the transformers engine's "
+                             "dtypes and weight formats do not apply to it).")
+    if not asked:
+        raise ModelError(f"No mode given; name at least one of {', '.join(names)}.")
+    return [Mode(AUTO, name, engine) for name in dict.fromkeys(asked)]
 
 
 def auto_choice(device: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
-"""Load a GGUF model on the llama.cpp engine: llama.cpp's own kernels on the file's own weights, and the same
-tokenizer (and so the same token ids) as the transformers engine. Nothing is converted: the peak memory is about
-the file, its KV cache and one batch of logits."""
+"""Load a GGUF model on the llama.cpp engine: llama.cpp's own kernels on the file's own weights (or, when asked,
+on a Q8_0 copy of them: drafting.engine.llama.reencode), and the same tokenizer (and so the same token ids) as the
+transformers engine. The peak memory is about the file, its KV cache and one batch of logits."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from drafting.engine.forward import LLAMA_CPP
 from drafting.engine.llama import llama_forward
 from drafting.engine.llama.net import LlamaNet, llama_lib
+from drafting.engine.llama.reencode import FORMATS, Q8_0, as_q8_0, file_type
 from drafting.engine.llama.settings import LlamaSettings
 from drafting.engine.loaded_model import LoadedModel
 from drafting.errors import ModelError, first_line
@@ -45,9 +46,9 @@ def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "
     if dtype not in ("auto", "float32"):
         raise ModelError(f"--dtype {dtype} is a transformers engine option; llama.cpp computes with the GGUF's own "
                          "weight types (leave --dtype auto).")
-    if weights != "auto":
-        raise ModelError(f"--weights {weights} is a transformers engine option; llama.cpp runs the GGUF's own weights "
-                         "(leave --weights auto).")
+    if weights not in ("auto", *FORMATS):
+        raise ModelError(f"--weights {weights} is a transformers engine option; on llama.cpp use auto (the GGUF's own "
+                         f"weights) or {Q8_0} (a Q8_0 copy of them).")
     base = settings or LlamaSettings()
     if settings is None or device != "auto":  # the device asked for decides the offload
         base = replace(base, gpu_layers=gpu_layers_for(device))
@@ -55,7 +56,11 @@ def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "
         tokenizer = gguf_tokenizer(gguf)
     except Exception as exc:  # transformers raises many kinds; the user needs one sentence
         raise ModelError(f"Could not read the tokenizer of {name!r}: {first_line(exc)}") from exc
-    net = LlamaNet(gguf, base)
+    weights_file, origin = gguf, ""
+    if weights == Q8_0:
+        origin = f" from {file_type(gguf)}"
+        weights_file = as_q8_0(gguf)
+    net = LlamaNet(weights_file, base)
     eos = {net.eos} if net.eos >= 0 else set()
     if getattr(tokenizer, "eos_token_id", None) is not None:
         eos.add(int(tokenizer.eos_token_id))
@@ -70,8 +75,8 @@ def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "
         dtype=torch.float32,
         eos_ids=eos,
         max_context=net.n_ctx,
-        weights=net.file_type(),
-        gguf=gguf,
+        weights=net.file_type() + origin,
+        gguf=weights_file,  # what the llama.cpp reference rows run too
         # what decides its cost curve: the weights' type, threads, offload and the build (version, CPU features)
         weights_key=f"{net.file_type()}|{base.thread_count} threads|{where}|{lib.__version__}|{build}",
         engine=LLAMA_CPP,

@@ -15,6 +15,7 @@ from drafting.engine.hf.attention import use_grouped_attention
 from drafting.engine.forward import ENGINES, LLAMA_CPP, TRANSFORMERS
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.hf import transformers_forward
+from drafting.engine.llama.reencode import FORMATS as LLAMA_FORMATS
 from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.footprint import check_room, folder_weights
@@ -135,6 +136,8 @@ def load_model(
         if device_map:
             raise ModelError("--device-map is a transformers engine option; llama.cpp places layers itself.")
         return load_llama(*model_source(model), device=device, dtype=dtype, weights=weights)
+    if weights in LLAMA_FORMATS:
+        raise ModelError(f"--weights {weights} re-encodes a GGUF for llama.cpp's kernels; add --engine llama.cpp.")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     fmt = WEIGHT_FORMATS.get(weights)

@@ -54,7 +54,9 @@ def weights_help() -> str:
     auto = (f"on CPU, in {dtypes}, the fastest of {one_of(SAME_NUMBERS)} timed on this machine once and "
             f"cached; else {FLOAT.name}")
     items = [f"{AUTO} ({auto})"] + [f"{f.name} ({f.help})" for f in WEIGHT_FORMATS.values()]
-    return f"Weight format: {', '.join(items[:-1])} or {items[-1]}."
+    llama = ("On --engine llama.cpp: auto (the GGUF's own weights) or q8_0 (a Q8_0 copy of a 4-to-6-bit GGUF, made "
+             "once and cached: llama.cpp's x86 kernels run it faster; outputs up to near-ties).")
+    return f"Weight format: {', '.join(items[:-1])} or {items[-1]}. {llama}"
 
 
 def resolve_format(name: str, device: torch.device, dtype: torch.dtype) -> str:

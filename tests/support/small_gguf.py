@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def write_f16_gguf(source, target, layers: int = 2) -> None:
     """A real F16 GGUF: the source's first ``layers`` blocks, its matrices dequantised and stored as F16 (norms stay
-    F32), with all its metadata (tokenizer included) copied."""
+    F32), with all its metadata (tokenizer included) copied but the file type, which says F16."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import dequantize
 
@@ -17,6 +17,8 @@ def write_f16_gguf(source, target, layers: int = 2) -> None:
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
         value = layers if key == f"{arch}.block_count" else field.contents()
+        if key == "general.file_type":
+            value = 1  # LLAMA_FTYPE_MOSTLY_F16
         sub = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
         writer.add_key_value(key, value, field.types[0], sub_type=sub)
     for t in reader.tensors:

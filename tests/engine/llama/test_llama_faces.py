@@ -38,6 +38,7 @@ def test_bench_on_llama_cpp_names_the_engine_and_checks_every_row(tmp_path):
     (["--dtype", "bfloat16"], "transformers engine option"),
     (["--model", "{folder}"], "runs GGUF files"),
     (["--engine", "vllm"], "Unknown engine"),
+    (["--engine", "transformers", "--weights", "q8_0"], "add --engine llama.cpp"),
 ])
 def test_what_llama_cpp_cannot_run_is_refused_in_one_sentence(tmp_path, args, words):
     prompts = tmp_path / "p.jsonl"
