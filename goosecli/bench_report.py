@@ -118,7 +118,7 @@ class Report:
         plain = next(iter(summary.values())).get("plain_reference", "ar")
         for col in ("speculator", "tokens/s", f"speedup vs ar / vs fastest plain ({plain})", "mean accepted", "identical to ar", "prompts"):
             t.add_column(col, justify="left" if col == "speculator" else "right")
-        t.caption = "fastest plain: the faster of ar and hf-ar (transformers' own generate()) in this run"
+        t.caption = "fastest plain: the fastest of ar, hf-ar (transformers' own generate()) and llama.cpp (its own loop) in this run"
         for spec, s in summary.items():
             t.add_row(spec, *self._cells(s))
         return t

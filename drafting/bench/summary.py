@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from drafting.engine.trace import StepRecord
 from drafting.baselines.hf_generate import NAME as HF_AR
+from drafting.baselines.llama_cpp import PLAIN as LLAMA_CPP
 from drafting.bench.contenders import REFERENCE, is_number
 
-PLAIN = (REFERENCE, HF_AR)  # the plain decodings a speculator's speedup is measured against
+PLAIN = (REFERENCE, HF_AR, LLAMA_CPP)  # the plain decodings a speculator's speedup is measured against
 
 EMA_POINTS = 12  # length of the kept `ema` trajectory per run
 
@@ -92,14 +93,16 @@ def _totals(runs: list[dict], ar_by_prompt: dict[str, dict], greedy: bool,
 
 
 def plain_reference(runs: list[dict]) -> str:
-    """The faster plain decoding of the run, `ar` or `hf-ar`, by total tokens/s over the prompts both ran."""
+    """The fastest plain decoding of the run (`ar`, `hf-ar` or `llama.cpp`), by total tokens/s over the prompts
+    all of those that ran have in common; `ar` where no other ran."""
     by = {name: {r["prompt_id"]: r for r in runs if r["speculator"] == name} for name in PLAIN}
-    both = set(by[REFERENCE]) & set(by[HF_AR])
-    if not both:
+    ran = [name for name in PLAIN if by[name]]
+    common = set.intersection(*(set(by[n]) for n in ran)) if ran else set()
+    if len(ran) < 2 or not common:
         return REFERENCE
-    rate = {n: sum(by[n][p]["new_tokens"] for p in both) / max(1e-12, sum(by[n][p]["wall_s"] for p in both))
-            for n in PLAIN}
-    return HF_AR if rate[HF_AR] > rate[REFERENCE] else REFERENCE
+    rate = {n: sum(by[n][p]["new_tokens"] for p in common) / max(1e-12, sum(by[n][p]["wall_s"] for p in common))
+            for n in ran}
+    return max(ran, key=lambda n: (rate[n], n == REFERENCE))
 
 
 def summarize(runs: list[dict], greedy: bool = True) -> dict:

@@ -76,7 +76,7 @@ def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "
         eos_ids=eos,
         max_context=net.n_ctx,
         weights=net.file_type() + origin,
-        gguf=weights_file,  # what the llama.cpp reference rows run too
+        gguf=gguf,  # the file given: what llama.cpp's own reference rows run, as its user would
         # what decides its cost curve: the weights' type, threads, offload and the build (version, CPU features)
         weights_key=f"{net.file_type()}|{base.thread_count} threads|{where}|{lib.__version__}|{build}",
         engine=LLAMA_CPP,

@@ -34,6 +34,10 @@ def test_speedups_are_given_against_ar_and_the_faster_plain_decoding():
     assert plain_reference(only_ar) == "ar"
     s = summarize(only_ar)
     assert s["goose"]["speedup_vs_plain"] == s["goose"]["speedup"]
+    # llama.cpp's own loop is plain decoding too: where it is the fastest, speedups are against it
+    with_llama = only_ar + [_run("llama.cpp", "a", 40, 2.0), _run("llama.cpp", "b", 20, 1.0)]
+    assert plain_reference(with_llama) == "llama.cpp"
+    assert summarize(with_llama)["goose"]["speedup_vs_plain"] == pytest.approx(2.0)
 
 
 def test_hf_ar_runs_an_unmodified_instance_and_matches_ar(tiny_lm, tmp_path):

@@ -38,7 +38,7 @@ def test_the_copy_is_made_once_and_computes_the_files_model(q8_cache, monkeypatc
     assert as_q8_0(embedded_gguf()) == path and path.stat().st_mtime_ns == made  # kept, not made again
     lm = load_model(engine="llama.cpp", weights="q8_0")
     try:
-        assert lm.weights == "Q8_0 from Q4_1" and lm.gguf == path
+        assert lm.weights == "Q8_0 from Q4_1" and lm.model.path == path and lm.gguf == embedded_gguf()
         ids = lm.tokenizer.encode("The capital of France is Paris. The capital of Italy is")
         own, copy = last_log_probs(llama_lm, ids), last_log_probs(lm, ids)
         assert own.argmax() == copy.argmax()
