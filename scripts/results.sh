@@ -33,7 +33,8 @@ case "${1:-all}" in
   smollm2|all) run smollm2 results/smollm2.json -s hf-ar,pld,hf-pld,goose -n 128 ;;&
   gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;&
   llama|all) run llama results/llama.json --engine llama.cpp -s ar,pld,goose,ptd,llama.cpp,llama.cpp-ngram -n 128 ;;&
+  llama-q8|all) run llama-q8 results/llama-q8.json --engine llama.cpp --weights q8_0 -s ar,pld,goose,ptd,llama.cpp,llama.cpp-ngram -n 128 ;;&
   vllm|all) vllm ;;
-  smollm2|gemma3|llama) ;;
-  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|llama|vllm]" >&2; exit 2 ;;
+  smollm2|gemma3|llama|llama-q8) ;;
+  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|llama|llama-q8|vllm]" >&2; exit 2 ;;
 esac

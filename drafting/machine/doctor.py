@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from drafting.engine.forward import TRANSFORMERS
+from drafting.engine.llama.reencode import FORMATS as REENCODINGS
 from drafting.engine.loaded_model import mode_name
 from drafting.errors import ModelError, WeightsError, first_line
 from drafting.machine.cost_curve import DEFAULT_SIZES, measure, store_curve
@@ -107,9 +108,7 @@ def parse_modes(text: str | None, device: torch.device) -> list[Mode]:
 def engine_modes(text: str | None, engine: str) -> list[Mode]:
     """The modes of an engine that runs GGUF files itself (llama.cpp): ``auto`` (the file's own weights) and its
     re-encodings (``q8_0``); None = all of them."""
-    from drafting.engine.llama.reencode import FORMATS
-
-    names = [AUTO, *FORMATS]
+    names = [AUTO, *REENCODINGS]
     asked = names if text is None or text.strip() == "all" else [p.strip() for p in text.split(",") if p.strip()]
     for name in asked:
         if name not in names:

@@ -85,3 +85,16 @@ def test_doctor_times_the_files_weights_and_the_copy_side_by_side(q8_cache, tmp_
     assert "fastest one-token step" in done.stdout and "--weights q8_0 against the file's own" in done.stdout
     bad = run_goose("doctor", "--engine", "llama.cpp", "--modes", "bfloat16", timeout=120)
     assert bad.returncode == 2 and "Unknown llama.cpp mode" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_types_script_times_the_file_and_a_copy(small_gguf):
+    import subprocess
+    import sys
+
+    from support.cli import ROOT, cli_env
+
+    done = subprocess.run([sys.executable, "-m", "scripts.llama_types", "--model", str(small_gguf), "--types",
+                           "own,q8_0"], cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| own |", "| q8_0 |"))]
+    assert len(rows) == 2 and all(len(r.split("|")) == 9 for r in rows), done.stdout
