@@ -2,7 +2,8 @@
 
 llama.cpp's CPU kernels are not equally quick for every weight type: on x86, Q4_1 (the embedded model's type) has
 neither a repacked nor a tinyBLAS (llamafile) kernel, so each batch row costs a whole pass of dot products. Q8_0
-has both paths, and its one-token kernel is quicker too (docs/llama-cpp.md has the measured curves). Q8_0 holds a
+has both, so its prefill and its wider passes are quicker, while one-token steps cost about the same
+(docs/llama-cpp.md has the measured curves; a Q4_K file has fast kernels of its own and loses). Q8_0 holds a
 4-to-6-bit file's values to within 1/254 of each 32-weight block's largest value, a small fraction of the step
 those files were already rounded to, so outputs are the file's own up to near-ties; they are not the same
 numbers, which is why it is only used when asked for, like int8 on the transformers engine.
@@ -46,7 +47,7 @@ def reencoded_path(gguf: Path) -> Path:
 def file_type(gguf: Path) -> str:
     """The file's weight type from its header (``Q4_1``, ``Q4_K_M``; ``unknown`` where it does not say), read
     without loading weights."""
-    import gguf as gguf_format
+    import gguf as gguf_format  # only its enum of file types; kept out of the engine's import time
 
     lib = llama_lib()
     params = lib.llama_model_default_params()
