@@ -16,6 +16,10 @@ class AcceptanceStats:
         acc, tested = self._counts.get(key, (0.0, 0.0))
         return (acc + prior * self.strength) / (tested + self.strength)
 
+    def tested(self, key) -> int:
+        """How many times ``key`` was tested."""
+        return int(self._counts.get(key, (0.0, 0.0))[1])
+
     def update(self, key, accepted: bool) -> None:
         c = self._counts.get(key)
         if c is None:

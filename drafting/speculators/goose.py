@@ -27,7 +27,8 @@ from collections import deque
 from itertools import islice
 from dataclasses import dataclass
 
-from drafting.budget.selection import most_paying_nodes
+from drafting.budget.acceptance_rates import AcceptanceStats
+from drafting.budget.selection import chain_pays
 from drafting.engine.tree import CONTEXT, MEMORY, OWN_TEXT, ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
 from drafting.engine.speculator import Settings, StepResult, option
 from drafting.errors import SpecError
@@ -255,6 +256,11 @@ class Goose(TreeSpeculator):
         self.ema = 0.5
         self._spine: Chain = Chain([], [], [], SPINE)  # the last candidate spine
         self._side: Chain | None = None  # the last candidate chain that was not the spine
+        self._root_alts: list[tuple[int, float]] = []  # the last step's root alternatives: (token, table score)
+        # every step's root alternatives scored against its first emitted token, drafted or not: what the prefill
+        # harvest is worth. Kept apart from the tree's rates, which are those of the steps that drafted them (a
+        # step whose spine is right rejects every alternative, and pricing trees by that would draft too few)
+        self.root_rates = AcceptanceStats()
         if s.memory < 0:
             raise SpecError(f"goose's memory must be 0 or more tokens, not {s.memory}.")
         # this speculator's own earlier answers: never shared with another speculator instance
@@ -349,12 +355,15 @@ class Goose(TreeSpeculator):
     def prefill_logit_rows(self) -> int | None:
         """None of the prompt's logits where no root alternative could pay on the cost curve (a CPU's llama.cpp):
         each harvested row costs the output layer over the vocabulary, 0.1 s a prompt on the embedded model and
-        over 1 s on a 1.5B one with a 150k vocabulary, for table rows no step would draft."""
+        over 1 s on a 1.5B one with a 150k vocabulary, for table rows no step would draft. Root alternatives are
+        siblings (one at most is accepted), so the most they earn is a chain's at the best one's rate; the rates
+        are ``root_rates`` of the score buckets the table has offered, or the priors before any was."""
         rows = super().prefill_logit_rows
         if rows != 0 and self.auto and self.curve is not None:
-            best = max(self.acceptance.estimate(branch_key(ROOT_ALT, score, 1), branch_prior(score))
-                       for score in BRANCH_SCORES)
-            if not most_paying_nodes(best, self.curve.at(0), self.settings.k, self.overhead_s):
+            keys = {score: branch_key(ROOT_ALT, score, 1) for score in BRANCH_SCORES}
+            seen = [score for score, key in keys.items() if self.root_rates.tested(key)] or list(keys)
+            best = max(self.root_rates.estimate(keys[score], branch_prior(score)) for score in seen)
+            if not chain_pays(best, self.curve.at(0), self.settings.depth, self.overhead_s):
                 return 0
         return rows
 
@@ -363,14 +372,16 @@ class Goose(TreeSpeculator):
         the side chain's, the root alternatives): every node's path probability is at most that."""
         s = self.settings
         best = 0.0
+        self._root_alts = []
         if plan.spine:
             best = self.acceptance.estimate(spine.keys[0], spine.priors[0])
         if side is not None and side.tokens:
             best = max(best, self.acceptance.estimate(side.keys[0], side.priors[0]))
         if plan.root:
             succ, scores = self.table.successors(self._before_root, root, s.bigram)
-            for score in scores[: s.k]:
+            for tok, score in zip(succ[: s.k].tolist(), scores[: s.k].tolist()):
                 if score >= s.min_score:
+                    self._root_alts.append((tok, score))
                     best = max(best, self.acceptance.estimate(branch_key(ROOT_ALT, score, 1), branch_prior(score)))
         return best
 
@@ -382,6 +393,14 @@ class Goose(TreeSpeculator):
         whole_spine = len(path) == drafted and all(sources[i] == SPINE for i in path)
         if whole_spine and drafted < len(chain.tokens) and drafted < len(emitted):
             self.acceptance.update(chain.keys[drafted], chain.tokens[drafted] == emitted[drafted])
+
+    def score_root_alternatives(self, emitted: list[int]) -> None:
+        """Every root alternative of the step, verified or not, scored against the step's first emitted token,
+        which alone decides it, into ``root_rates``: on a steep cost curve the alternatives are never drafted, so
+        without this the harvest gate would read their prior forever."""
+        if emitted:
+            for tok, score in self._root_alts:
+                self.root_rates.update(branch_key(ROOT_ALT, score, 1), tok == emitted[0])
 
     def learn_undrafted_side(self, tree: DraftTree, emitted: list[int]) -> None:
         """The chain that lost the spine and was not verified (priced out, or never hung) is scored against the
@@ -398,6 +417,7 @@ class Goose(TreeSpeculator):
         self.remember(result.emitted)
         if draft is self._last:
             self.learn_undrafted_side(draft.tree, result.emitted)
+            self.score_root_alternatives(result.emitted)
         sources = draft.tree.sources
         spine = sum(1 for x in sources if x == SPINE)
         path = result.accepted[1:]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from drafting.budget.acceptance_rates import AcceptanceStats
-from drafting.budget.selection import best_first, best_prefix, most_paying_nodes, paying_nodes
+from drafting.budget.selection import best_first, best_prefix, chain_pays, most_paying_nodes, paying_nodes
 from drafting.machine.verify_cost import is_sane, monotone
 from drafting.machine.cost_curve import CostCurve, PrefixCost
 from drafting.sources.adjacency import AdjacencyTable
@@ -256,6 +256,49 @@ def test_goose_grows_no_tree_and_harvests_nothing_where_nothing_can_pay():
         s.observe(draft, StepResult(logits=logits, accepted=[0], emitted=[7], prefix_len=len(context) - 1))
         harvested = int(s.table.successors(-1, context[-1])[0][0]) == 7
         assert harvested == drafts
+
+
+@pytest.mark.parametrize("overhead_s", [0.0, 0.01])
+def test_chain_pays_exactly_where_some_chain_length_beats_a_plain_step(overhead_s):
+    gen = torch.Generator().manual_seed(2)
+    for curve in [STEEP, FLAT] + [CostCurve(sizes=[1, 2, 3, 4, 8, 16], seconds=sorted(
+            (0.01 + torch.rand(6, generator=gen) * 0.1).tolist())) for _ in range(20)]:
+        for rate in [0.05, 0.3, 0.45, 0.6, 0.8, 0.95]:
+            plain = 1 / (overhead_s + curve.time(1))
+            pays = any(sum(rate ** d for d in range(n + 1)) / (overhead_s + curve.time(n + 1)) > plain
+                       for n in range(1, 7))
+            assert chain_pays(rate, curve, 6, overhead_s) == pays, (curve.seconds, rate)
+
+
+def test_goose_scores_root_alternatives_it_never_drafts_and_stops_harvesting_where_they_cannot_pay():
+    """On a curve where a second row costs most of a step, the root alternatives are priced out, so only the
+    emitted tokens can measure them: each step scores every one of them, and once the best score bucket's rate
+    is measured low, the prompt's logits are no longer asked for. On a flat curve the harvest stays. The tree's
+    own rates are not touched: they learn from drafted alternatives only."""
+    from drafting.engine.speculator import StepResult
+
+    context = [3, 9, 21, 40, 2]  # no repeat: no spine, only the table's root alternatives
+    curve = CostCurve(sizes=[1, 2, 4, 8], seconds=[0.010, 0.016, 0.020, 0.026])
+    s = create("goose:bigram=off")  # the stale table below is all it reads (the steps' own rows go to bigrams)
+    s.table = AdjacencyTable(k=10)
+    stale = torch.stack([table_logits(t) for t in range(V)])
+    s.curve = PrefixCost(curve)
+    s.reset(context)
+    assert s.prefill_logit_rows != 0  # at the prior (0.8 for a sure successor) a chain of them would pay
+    for _ in range(40):
+        s.table.harvest(list(range(V)), [-1] * V, stale)  # a table the target keeps disagreeing with
+        s.reset(context)  # the same step again (the emitted tokens would make the text a repeat, and a spine)
+        draft = s.propose(context)
+        logits = torch.zeros(len(draft.tree), V)
+        logits[:, 0] = 9.0  # the target never follows the table
+        s.observe(draft, StepResult(logits=logits, accepted=[0], emitted=[0], prefix_len=len(context) - 1))
+    tested = {k: v for k, v in s.root_rates.table().items() if k.startswith("('root-alt'")}
+    assert tested and all(rate == 0 and n >= 40 for rate, n in tested.values())
+    drafted = sum(n for k, (_, n) in s.acceptance.table().items() if k.startswith("('root-alt'"))
+    assert drafted < sum(n for _, n in tested.values())  # the tree's rates saw only what was verified
+    assert s.prefill_logit_rows == 0
+    s.curve = PrefixCost(FLAT)
+    assert s.prefill_logit_rows != 0  # where a row costs almost nothing, even rare hits pay
 
 
 def table_logits(t: int) -> torch.Tensor:
