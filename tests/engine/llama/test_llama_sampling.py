@@ -24,7 +24,9 @@ pytest.importorskip("llama_cpp")  # the engine is an extra: `make llamacpp-setup
 LENGTH = 2
 SAMPLES = 1000
 PARAMS = SamplingParams(temperature=1.0, top_k=4, seed=21)
-SPECS = ["pld:gate=off,min_ngram=1", "goose:budget=8,harvest_window=4", "ptd:rows=8"]
+# fixed sizes: what a measured cost curve would draft varies by machine (priced pld drafted nothing on an
+# AVX-512 EPYC, and the test then proved nothing)
+SPECS = ["pld:gate=off,priced=off,min_ngram=1", "goose:budget=8,harvest_window=4", "ptd:rows=8"]
 ALPHA = 1e-3 / len(SPECS)
 
 
