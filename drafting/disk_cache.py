@@ -22,6 +22,7 @@ A leaf module: it imports nothing of goose's, so every layer may use it.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import hashlib
 import json
@@ -95,6 +96,15 @@ def replaced_when_done(path: Path):
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def made_outside(entry: Path, prefix: str, make: Callable[[Path], None]) -> Path:
+    """For a cache entry the cache could not take: ``make(path)`` writes it into a new temporary folder of this
+    process instead (removed when the process ends), under the entry's own name; that path is returned."""
+    outside = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, outside, True)
+    make(outside / entry.name)
+    return outside / entry.name
 
 
 def drop_abandoned(path: Path) -> None:

@@ -16,13 +16,11 @@ line says so.
 
 from __future__ import annotations
 
-import atexit
 import errno
 import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,6 +29,7 @@ from drafting.disk_cache import (
     cache_dir,
     cannot_write,
     drop_abandoned,
+    made_outside,
     note_damaged,
     note_unwritable,
     temporary_beside,
@@ -102,10 +101,7 @@ def ensure_converted(gguf: Path) -> Path:
             raise
         note_unwritable(folder.parent, exc, "the model is converted into a temporary folder and nothing is cached "
                                             "this run (set GOOSE_CACHE to a writable folder)")
-        outside = Path(tempfile.mkdtemp(prefix="goose-gguf-"))
-        atexit.register(shutil.rmtree, outside, True)
-        convert_gguf(gguf, outside / folder.name)
-        _OUTSIDE[folder] = outside / folder.name
+        _OUTSIDE[folder] = made_outside(folder, "goose-gguf-", lambda where: convert_gguf(gguf, where))
         return _OUTSIDE[folder]
     return folder
 

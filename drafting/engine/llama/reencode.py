@@ -16,16 +16,16 @@ nothing: the copy goes to a temporary folder for this process, and one line says
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import hashlib
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from drafting.disk_cache import cache_dir, cannot_write, drop_abandoned, note_unwritable, replaced_when_done
+from drafting.disk_cache import (
+    cache_dir, cannot_write, drop_abandoned, made_outside, note_unwritable, replaced_when_done,
+)
 from drafting.engine.llama.net import last_complaint, llama_lib
 from drafting.errors import ModelError
 
@@ -89,10 +89,7 @@ def as_q8_0(gguf: Path) -> Path:
             raise
         note_unwritable(path.parent, exc, "the Q8_0 copy is written to a temporary folder and not kept (set "
                                           "GOOSE_CACHE to a writable folder)")
-    outside = Path(tempfile.mkdtemp(prefix="goose-q8_0-"))
-    atexit.register(shutil.rmtree, outside, True)
-    _quantise(gguf, outside / path.name, kind)
-    _OUTSIDE[path] = outside / path.name
+    _OUTSIDE[path] = made_outside(path, "goose-q8_0-", lambda where: _quantise(gguf, where, kind))
     return _OUTSIDE[path]
 
 
