@@ -256,7 +256,7 @@ class Goose(TreeSpeculator):
         self.ema = 0.5
         self._spine: Chain = Chain([], [], [], SPINE)  # the last candidate spine
         self._side: Chain | None = None  # the last candidate chain that was not the spine
-        self._root_alts: list[tuple[int, float]] = []  # the last step's root alternatives: (token, table score)
+        self._root_alts: list[tuple[int, tuple]] = []  # the last step's root alternatives: (token, acceptance key)
         # every step's root alternatives scored against its first emitted token, drafted or not: what the prefill
         # harvest is worth. Kept apart from the tree's rates, which are those of the steps that drafted them (a
         # step whose spine is right rejects every alternative, and pricing trees by that would draft too few)
@@ -381,8 +381,10 @@ class Goose(TreeSpeculator):
             succ, scores = self.table.successors(self._before_root, root, s.bigram)
             for tok, score in zip(succ[: s.k].tolist(), scores[: s.k].tolist()):
                 if score >= s.min_score:
-                    self._root_alts.append((tok, score))
-                    best = max(best, self.acceptance.estimate(branch_key(ROOT_ALT, score, 1), branch_prior(score)))
+                    key = branch_key(ROOT_ALT, score, 1)
+                    if self.auto:  # only the harvest gate reads them, and only under budget=auto
+                        self._root_alts.append((tok, key))
+                    best = max(best, self.acceptance.estimate(key, branch_prior(score)))
         return best
 
     def learn_undrafted_spine(self, drafted: int, path: list[int], sources: list[str], emitted: list[int]) -> None:
@@ -399,8 +401,8 @@ class Goose(TreeSpeculator):
         which alone decides it, into ``root_rates``: on a steep cost curve the alternatives are never drafted, so
         without this the harvest gate would read their prior forever."""
         if emitted:
-            for tok, score in self._root_alts:
-                self.root_rates.update(branch_key(ROOT_ALT, score, 1), tok == emitted[0])
+            for tok, key in self._root_alts:
+                self.root_rates.update(key, tok == emitted[0])
 
     def learn_undrafted_side(self, tree: DraftTree, emitted: list[int]) -> None:
         """The chain that lost the spine and was not verified (priced out, or never hung) is scored against the
