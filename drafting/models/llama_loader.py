@@ -58,8 +58,9 @@ def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "
         raise ModelError(f"Could not read the tokenizer of {name!r}: {first_line(exc)}") from exc
     weights_file, origin = gguf, ""
     if weights == Q8_0:
-        origin = f" from {file_type(gguf)}"
-        weights_file = as_q8_0(gguf)
+        kind = file_type(gguf)
+        origin = f" from {kind}"
+        weights_file = as_q8_0(gguf, kind)
     net = LlamaNet(weights_file, base)
     eos = {net.eos} if net.eos >= 0 else set()
     if getattr(tokenizer, "eos_token_id", None) is not None:

@@ -67,9 +67,10 @@ def file_type(gguf: Path) -> str:
     return kind.name.removeprefix("MOSTLY_").removeprefix("ALL_") if found else "unknown"
 
 
-def as_q8_0(gguf: Path) -> Path:
-    """The Q8_0 copy of ``gguf``, made on first use; ModelError (one sentence) for a file it would not help."""
-    kind = file_type(gguf)
+def as_q8_0(gguf: Path, kind: str | None = None) -> Path:
+    """The Q8_0 copy of ``gguf`` (whose ``file_type`` is ``kind``, read when not given), made on first use;
+    ModelError (one sentence) for a file it would not help."""
+    kind = kind or file_type(gguf)
     if kind in WIDE_TYPES:
         raise ModelError(f"--weights q8_0 re-encodes files of fewer than 8 bits a weight, and {gguf.name} holds {kind} "
                          "weights; leave --weights auto.")
