@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drafting.engine.llama.net import llama_lib
+from drafting.engine.llama.net import llama_lib, read_not_mapped
 from drafting.models.loader import model_source
 
 FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "f16": 1, "bf16": 32}  # LLAMA_FTYPE_MOSTLY_*
@@ -38,7 +38,7 @@ def copy_as(lib, src: Path, kind: str, folder: Path) -> Path:
 def curve(lib, path: Path, threads: int) -> list[float]:
     """Median milliseconds of one decode of each of ROWS rows after PREFIX cached tokens."""
     mp = lib.llama_model_default_params()
-    mp.use_mmap = False
+    read_not_mapped(lib, mp)
     model = lib.llama_model_load_from_file(str(path).encode(), mp)
     cp = lib.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = 1024, 256, 256

@@ -1,12 +1,13 @@
-"""llama.cpp as an external reference row for benchmarks: ``llama.cpp`` (plain greedy decoding) and
-``llama.cpp-pld`` (its prompt lookup decoding, ``LlamaPromptLookupDecoding``, 10 tokens, n-grams up to 2).
+"""llama.cpp as an external reference row for benchmarks: ``llama.cpp`` (plain greedy decoding, its own loop:
+drafting.baselines.llama_cpp_plain) and ``llama.cpp-pld`` (llama-cpp-python's prompt lookup decoding,
+``LlamaPromptLookupDecoding``, 10 tokens, n-grams up to 2; here).
 
-It runs the GGUF file itself (the embedded model's, or the --model .gguf given) through ``llama-cpp-python``
+They run the GGUF file itself (the embedded model's, or the --model .gguf given) through ``llama-cpp-python``
 (optional: ``pip install .[llamacpp]``) on the same prompt token ids, with the same token limit and EOS rule,
 greedy, 2 threads unless told otherwise; when goose runs on CUDA, llama.cpp offloads every layer to the GPU
-(``n_gpu_layers=-1``), so GPU goose is compared with GPU llama.cpp. Its kernels and quantised weights are not ours, so its outputs are
-not compared token by token; the bench reports its tokens/s beside ours. Not a registry speculator: the
-bench knows it by name, like ``hf-pld``.
+(``n_gpu_layers=-1``), so GPU goose is compared with GPU llama.cpp. Their kernels and quantised weights are not
+ours, so their outputs are not compared token by token; the bench reports their tokens/s beside ours. Not registry
+speculators: the bench knows them by name, like ``hf-pld``.
 """
 
 from __future__ import annotations
@@ -50,26 +51,26 @@ def gguf_path(lm: LoadedModel) -> Path:
     raise LlamaCppError(f"llama.cpp rows need a GGUF model; {lm.name!r} is not a .gguf file.")
 
 
-class LlamaCppRunner:
-    """Greedy generation with llama.cpp on prompt token ids; ``pld=True`` adds its prompt lookup drafts."""
+class LlamaCppPldRunner:
+    """Greedy generation with llama-cpp-python's ``Llama`` class and its prompt lookup drafts."""
 
     external = True
     same_network = False  # its own kernels on the GGUF's own weights
     model = None
 
-    def __init__(self, lm: LoadedModel, pld: bool = False, threads: int | None = None):
+    name = PLD
+
+    def __init__(self, lm: LoadedModel, threads: int | None = None):
         try:
             from llama_cpp import Llama
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         except Exception as exc:
             raise LlamaCppError(f"llama.cpp rows need llama-cpp-python ({INSTALL}); importing it failed: {exc}.") from None
         self.lm = lm
-        self.pld = pld
-        self.name = PLD if pld else PLAIN
         self.threads = threads or min(2, os.cpu_count() or 1)
         self.decode_calls = 0
         path = gguf_path(lm)
-        draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS) if pld else None
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS)
         try:
             self.llm = Llama(
                 model_path=str(path), n_ctx=min(lm.max_context, CONTEXT), n_threads=self.threads,
@@ -77,7 +78,7 @@ class LlamaCppRunner:
                 use_mmap=False,  # as goose's own engine reads it (drafting.engine.llama.net): same memory, same speed
                 n_gpu_layers=-1 if lm.device.type == "cuda" else 0,  # all layers on the GPU when goose uses one
                 # with a draft model it reads logits of every position, but sizes its buffer by logits_all
-                logits_all=pld,
+                logits_all=True,
             )
         except Exception as exc:
             raise LlamaCppError(f"llama.cpp could not load {str(path)!r}: {exc}.") from None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from drafting.baselines.hf_generate import NAME as HF_AR, HFGenerate
 from drafting.baselines.hf_pld import NAME as HF_PLD, HFPromptLookup
-from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppRunner
+from drafting.baselines.llama_cpp import NAMES as LLAMA_CPP_NAMES, PLD as LLAMA_CPP_PLD, LlamaCppPldRunner
+from drafting.baselines.llama_cpp_plain import LlamaCppPlainRunner
 from drafting.baselines.llama_server import SPEC_TYPES as LLAMA_SERVER_ROWS, LlamaServerRunner
 from drafting.baselines.protocol import Baseline
 from drafting.engine.forward import TRANSFORMERS
@@ -39,4 +40,4 @@ def baseline_for(spec: str, lm: LoadedModel, params: SamplingParams) -> Baseline
         raise SpecError(f"{name!r} runs greedy only; drop it or use --temperature 0.")
     if name in LLAMA_SERVER_ROWS:
         return LlamaServerRunner(lm, name)
-    return LlamaCppRunner(lm, pld=name == LLAMA_CPP_PLD)
+    return LlamaCppPldRunner(lm) if name == LLAMA_CPP_PLD else LlamaCppPlainRunner(lm)
