@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate the README's results tables: one `goose bench` run per model and engine (the llama block needs
-# `make llamacpp-setup llama-server`) and one vllm_bench run (into docs/vllm.md), then each
+# Regenerate the README's results tables: one `goose bench` run per model and engine (the llama blocks need
+# `make llamacpp-setup llama-server`, llama-1.5b `make qwen-setup` too) and one vllm_bench run (into docs/vllm.md), then each
 # table from its JSON (scripts/results.py). Run it alone on an idle machine: another CPU-heavy process skews every figure.
 # An interrupted run resumes where it stopped (--resume); delete results/ to start afresh.
 set -euo pipefail
@@ -34,7 +34,8 @@ case "${1:-all}" in
   gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;&
   llama|all) run llama results/llama.json --engine llama.cpp -s ar,pld,goose,ptd,llama.cpp,llama.cpp-ngram -n 128 ;;&
   llama-q8|all) run llama-q8 results/llama-q8.json --engine llama.cpp --weights q8_0 -s ar,pld,goose,ptd,llama.cpp,llama.cpp-ngram -n 128 ;;&
+  llama-1.5b|all) run llama-1.5b results/llama-1.5b.json --engine llama.cpp --model qwen2.5-coder-1.5b --limit 12 -s ar,pld,goose,ptd,llama.cpp -n 128 ;;&
   vllm|all) vllm ;;
-  smollm2|gemma3|llama|llama-q8) ;;
-  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|llama|llama-q8|vllm]" >&2; exit 2 ;;
+  smollm2|gemma3|llama|llama-q8|llama-1.5b) ;;
+  *) echo "usage: scripts/results.sh [all|smollm2|gemma3|llama|llama-q8|llama-1.5b|vllm]" >&2; exit 2 ;;
 esac
