@@ -57,7 +57,6 @@ class LlamaCppPldRunner:
     external = True
     same_network = False  # its own kernels on the GGUF's own weights
     model = None
-
     name = PLD
 
     def __init__(self, lm: LoadedModel, threads: int | None = None):
