@@ -17,8 +17,10 @@ import weakref
 from drafting.baselines.llama_cpp import CONTEXT, PLAIN, LlamaCppError, gguf_path
 from drafting.engine.decode import GenerationResult
 from drafting.engine.forward import LLAMA_CPP
+from drafting.engine.llama.net import llama_lib, read_not_mapped
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.stop_rules import check_fits
+from drafting.errors import ModelError
 
 BATCH = 256  # prefill chunk: the engine's own (LlamaSettings.batch), so both pay the same prefill
 
@@ -33,9 +35,8 @@ class LlamaCppPlainRunner:
 
     def __init__(self, lm: LoadedModel, threads: int | None = None):
         try:
-            from drafting.engine.llama.net import llama_lib, read_not_mapped
             lib = self.lib = llama_lib()
-        except Exception as exc:  # ModelError: not installed, or its native library is broken; one sentence
+        except ModelError as exc:  # not installed, or its native library is broken; one sentence
             raise LlamaCppError(str(exc)) from None
         self.lm = lm
         self.threads = threads or min(2, os.cpu_count() or 1)

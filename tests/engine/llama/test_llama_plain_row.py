@@ -23,7 +23,7 @@ def test_plain_row_shares_the_engines_weights_and_decodes_like_ar(llama_lm):
     try:
         assert row.owner is llama_lm.model  # one copy of the weights in the process, not two
         dec = Decoder(llama_lm, create("ar"), hooks=[RecordMargins()])
-        for rec in _read(EXAMPLES / "prompts.jsonl")[FIRST_OF_EACH_TASK]:
+        for rec in _read(EXAMPLES / "prompts.jsonl")[FIRST_OF_EACH_TASK][:3]:  # code, code, maths
             ids = encode(llama_lm.tokenizer, [{"role": "user", "content": rec["prompt"]}])
             ours = dec.generate(ids, LOSSLESS_TOKENS)
             theirs = row.generate(ids, LOSSLESS_TOKENS)
