@@ -48,17 +48,10 @@ def most_paying_nodes(best: float, curve, max_nodes: int, overhead_s: float = 0.
 
 
 def chain_pays(rate: float, curve, max_depth: int, overhead_s: float = 0.0) -> bool:
-    """Whether a chain of up to ``max_depth`` nodes, each accepted with probability ``rate`` given its parent,
-    beats a plain step: ``1 + rate + rate^2 + ... + rate^n`` tokens for ``time(n + 1)``. It bounds what siblings can
-    earn too, where at most one of them is accepted and the best has ``rate``."""
-    one = overhead_s + curve.time(1)
-    gain, term = 1.0, 1.0
-    for n in range(1, max_depth + 1):
-        term *= rate
-        gain += term
-        if gain / (overhead_s + curve.time(n + 1)) > 1.0 / one:
-            return True
-    return False
+    """Whether a chain of up to ``max_depth`` nodes, each accepted with probability ``rate`` given its parent
+    (path probabilities ``rate^1 .. rate^n``), beats a plain step. It bounds what siblings can earn too, where at
+    most one of them is accepted and the best has ``rate``."""
+    return best_prefix([rate ** d for d in range(1, max_depth + 1)], curve, overhead_s) > 0
 
 
 def paying_nodes(parents: Sequence[int], accept: Sequence[float], curve, overhead_s: float = 0.0, riders: int = 0,
