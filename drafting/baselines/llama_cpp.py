@@ -4,18 +4,18 @@ drafting.baselines.llama_cpp_plain) and ``llama.cpp-pld`` (llama-cpp-python's pr
 
 They run the GGUF file itself (the embedded model's, or the --model .gguf given) through ``llama-cpp-python``
 (optional: ``pip install .[llamacpp]``) on the same prompt token ids, with the same token limit and EOS rule,
-greedy, 2 threads unless told otherwise; when goose runs on CUDA, llama.cpp offloads every layer to the GPU
-(``n_gpu_layers=-1``), so GPU goose is compared with GPU llama.cpp. Their kernels and quantised weights are not
-ours, so their outputs are not compared token by token; the bench reports their tokens/s beside ours. Not registry
-speculators: the bench knows them by name, like ``hf-pld``.
+greedy, on the threads goose's llama.cpp engine takes by default (one per physical core); when goose runs on
+CUDA, llama.cpp offloads every layer to the GPU (``n_gpu_layers=-1``), so GPU goose is compared with GPU
+llama.cpp. Their kernels and quantised weights are not ours, so their outputs are not compared token by token; the
+bench reports their tokens/s beside ours. Not registry speculators: the bench knows them by name, like ``hf-pld``.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
+from drafting.engine.llama.settings import default_threads
 from drafting.engine.stop_rules import check_fits
 from drafting.engine.decode import GenerationResult
 from drafting.models.loader import EMBEDDED_NAME, embedded_gguf
@@ -66,7 +66,7 @@ class LlamaCppPldRunner:
         except Exception as exc:
             raise LlamaCppError(f"llama.cpp rows need llama-cpp-python ({INSTALL}); importing it failed: {exc}.") from None
         self.lm = lm
-        self.threads = threads or min(2, os.cpu_count() or 1)
+        self.threads = threads or default_threads()
         self.decode_calls = 0
         path = gguf_path(lm)
         draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS)

@@ -10,7 +10,6 @@ row runs the file given, as its user would) it loads the file itself, read rathe
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 import weakref
 
@@ -18,6 +17,7 @@ from drafting.baselines.llama_cpp import CONTEXT, PLAIN, LlamaCppError, gguf_pat
 from drafting.engine.decode import GenerationResult
 from drafting.engine.forward import LLAMA_CPP
 from drafting.engine.llama.net import llama_lib, read_not_mapped
+from drafting.engine.llama.settings import default_threads
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.stop_rules import check_fits
 from drafting.errors import ModelError
@@ -39,8 +39,9 @@ class LlamaCppPlainRunner:
         except ModelError as exc:  # not installed, or its native library is broken; one sentence
             raise LlamaCppError(str(exc)) from None
         self.lm = lm
-        self.threads = threads or min(2, os.cpu_count() or 1)
+        self.threads = threads or default_threads()  # the engine's own default: both run on the same cores
         self.decode_calls = 0
+        self._one = (ctypes.c_int32 * 1)()  # the token of a decoding step, written in place each step
         path = gguf_path(lm)
         net = lm.model if lm.engine == LLAMA_CPP else None
         if net is not None and net.path == path:
@@ -76,12 +77,11 @@ class LlamaCppPlainRunner:
     def stats(self) -> dict:
         return {"decode_calls": self.decode_calls}
 
-    def _decode(self, tokens: list[int]) -> None:
-        arr = (ctypes.c_int32 * len(tokens))(*tokens)
+    def _decode(self, arr, n: int) -> None:
         self.decode_calls += 1
-        rc = self.lib.llama_decode(self.ctx, self.lib.llama_batch_get_one(arr, len(tokens)))
+        rc = self.lib.llama_decode(self.ctx, self.lib.llama_batch_get_one(arr, n))
         if rc != 0:
-            raise LlamaCppError(f"{self.name}: llama.cpp could not decode {len(tokens)} tokens (error {rc}).")
+            raise LlamaCppError(f"{self.name}: llama.cpp could not decode {n} tokens (error {rc}).")
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> GenerationResult:
         check_fits(prompt_ids, self.n_ctx, window="llama.cpp's context of")
@@ -93,7 +93,8 @@ class LlamaCppPlainRunner:
         t0 = time.perf_counter()
         first = 0.0
         for start in range(0, len(prompt_ids), BATCH):
-            self._decode(prompt_ids[start:start + BATCH])
+            chunk = prompt_ids[start:start + BATCH]
+            self._decode((ctypes.c_int32 * len(chunk))(*chunk), len(chunk))
         while True:
             tok = int(self.lib.llama_sampler_sample(self.sampler, self.ctx, -1))
             if not out:
@@ -104,7 +105,8 @@ class LlamaCppPlainRunner:
                 break
             if len(out) >= limit:
                 break
-            self._decode([tok])
+            self._one[0] = tok
+            self._decode(self._one, 1)
         wall = time.perf_counter() - t0
         return GenerationResult(prompt_ids=list(prompt_ids), output_ids=out, stop_reason=stop, prefill_s=first, wall_s=wall)
 
