@@ -195,7 +195,12 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
         done = StepDone(rows=draft.size, prefix_len=prefix_len, verify_s=record.verify_s, logits=logits, path=path,
                         emitted=emitted)
         for hook in hooks:
-            hook.after_step(run, done)
+            if hook.timed:
+                hook.after_step(run, done)
+            else:  # the caller's work, not decoding's: the run's clock skips it
+                h0 = time.perf_counter()
+                hook.after_step(run, done)
+                t_start += time.perf_counter() - h0
         result.output_ids.extend(emitted)
         result.records.append(record)
         result.draft_s += record.draft_s

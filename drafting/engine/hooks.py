@@ -28,7 +28,10 @@ class StepDone:
 
 class DecodeHook:
     """Base of the hooks: both calls do nothing unless overridden. ``run`` is the ``DecodeRun`` (its ``lm`` and
-    its ``result``, filled as the run goes)."""
+    its ``result``, filled as the run goes). ``timed = False``: a hook whose work is the caller's, not decoding's
+    (what a benchmark records about the run): its time is left out of the run's ``wall_s``."""
+
+    timed = True
 
     def before_run(self, run) -> None:
         """Before the run's clock starts: work done here is not counted as the run's."""
@@ -39,7 +42,10 @@ class DecodeHook:
 
 class RecordMargins(DecodeHook):
     """Keeps the top-2 logit gap behind each output token in ``result.margins``: how close each emitted token
-    was to a tie, which tells a low-precision divergence at a near-tie from a real one."""
+    was to a tie, which tells a low-precision divergence at a near-tie from a real one. Untimed: plain decoding
+    does not pay for it (a top-2 over the vocabulary each step, 1% of a step on the embedded model on llama.cpp)."""
+
+    timed = False
 
     def before_run(self, run) -> None:
         run.result.margins = []

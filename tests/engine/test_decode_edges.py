@@ -136,3 +136,26 @@ def test_prompt_of_only_special_tokens(embedded_lm):
         got = Decoder(embedded_lm, create(spec)).generate(prompt, 16)
         assert got.output_ids == want.output_ids and got.stop_reason == want.stop_reason, spec
     assert isinstance(decode(tok, want.output_ids, embedded_lm.eos_ids), str)
+
+
+def test_an_untimed_hook_is_left_out_of_the_runs_clock_and_a_timed_one_is_not(tiny_lm):
+    """A benchmark's own bookkeeping (ar's margins) must not slow the plain decoding it measures: a hook marked
+    ``timed = False`` runs after every step but its time is not the run's; a timed hook's time is."""
+    import time
+
+    from drafting.engine.hooks import DecodeHook, RecordMargins
+
+    class Slow(DecodeHook):
+        def __init__(self, timed: bool):
+            self.timed = timed
+
+        def after_step(self, run, step) -> None:
+            time.sleep(0.05)
+
+    steps = 6
+    untimed = Decoder(tiny_lm, create("ar"), hooks=[Slow(False), RecordMargins()]).generate(PROMPT, steps)
+    timed = Decoder(tiny_lm, create("ar"), hooks=[Slow(True)]).generate(PROMPT, steps)
+    assert untimed.steps == timed.steps == steps
+    assert timed.wall_s >= steps * 0.05
+    assert untimed.wall_s < timed.wall_s - (steps - 1) * 0.05
+    assert len(untimed.margins) == steps and all(m >= 0 for m in untimed.margins)
