@@ -131,6 +131,8 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
         cache = dec.forward.new_cache()
     for hook in hooks:
         hook.before_run(run)
+    timed_hooks = [hook for hook in hooks if hook.timed]
+    untimed_hooks = [hook for hook in hooks if not hook.timed]
     clock = dec.clock
     t_start = time.perf_counter()
     m_start = clock.mark()
@@ -194,13 +196,13 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
         record.rows = record.info.pop("rows", None)
         done = StepDone(rows=draft.size, prefix_len=prefix_len, verify_s=record.verify_s, logits=logits, path=path,
                         emitted=emitted)
-        for hook in hooks:
-            if hook.timed:
+        for hook in timed_hooks:
+            hook.after_step(run, done)
+        if untimed_hooks:  # the caller's work, not decoding's: the run's clock skips it
+            h0 = time.perf_counter()
+            for hook in untimed_hooks:
                 hook.after_step(run, done)
-            else:  # the caller's work, not decoding's: the run's clock skips it
-                h0 = time.perf_counter()
-                hook.after_step(run, done)
-                t_start += time.perf_counter() - h0
+            t_start += time.perf_counter() - h0
         result.output_ids.extend(emitted)
         result.records.append(record)
         result.draft_s += record.draft_s

@@ -1,15 +1,18 @@
 """The decode loop at its edges: EOS exactly at the max_new_tokens boundary inside an accepted path, a tree
-trimmed at the end of the context window, max_new_tokens below one, a one-token prompt, and a prompt made only
-of special tokens. Every output is checked against plain decoding (and plain decoding against full forwards)."""
+trimmed at the end of the context window, max_new_tokens below one, a one-token prompt, a prompt made only of
+special tokens, and a hook whose work the run's clock leaves out. Every output is checked against plain decoding
+(and plain decoding against full forwards)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
 import torch
 
 from drafting.engine.decode import Decoder
+from drafting.engine.hooks import DecodeHook, RecordMargins
 from drafting.models.chat_template import decode, encode
 from drafting.speculators import create, registry
 from drafting.engine.speculator import Speculator
@@ -141,9 +144,6 @@ def test_prompt_of_only_special_tokens(embedded_lm):
 def test_an_untimed_hook_is_left_out_of_the_runs_clock_and_a_timed_one_is_not(tiny_lm):
     """A benchmark's own bookkeeping (ar's margins) must not slow the plain decoding it measures: a hook marked
     ``timed = False`` runs after every step but its time is not the run's; a timed hook's time is."""
-    import time
-
-    from drafting.engine.hooks import DecodeHook, RecordMargins
 
     class Slow(DecodeHook):
         def __init__(self, timed: bool):
