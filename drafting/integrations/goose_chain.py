@@ -11,7 +11,9 @@ The chain is GOOSE's spine, taken from the source expected to get the most of it
   most recent one;
 - the memory of earlier outputs (drafting.sources.output_memory): what followed the longest suffix of the
   stream in other requests' answers, the continuation most of them agree on;
-- where neither has anything, a walk through the token-id adjacency table, its length bounded by that
+- arctic-inference's suffix trees where installed (drafting.sources.suffix_trees): the chain vLLM's suffix
+  decoding would draft, from the request's own text and every earlier answer;
+- where none has anything, a walk through the token-id adjacency table, its length bounded by that
   source's own acceptance EMA.
 
 The proposer scores the candidates (``propose(limit, score)``) by the acceptance it has measured for each kind
@@ -26,13 +28,15 @@ import math
 from drafting.sources.context import SpineMatcher
 from drafting.engine.tree import MEMORY, OWN_TEXT
 from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, TextMemory, match_bucket
+from drafting.sources.suffix_trees import SuffixMatch, SuffixTrees
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
 from drafting.integrations.batch_budget import ChainAcceptance
 from drafting.integrations.token_adjacency import TokenAdjacency
 
 SPINE = "spine"
 TABLE = "table"
-SOURCES = (SPINE, OWN_TEXT, MEMORY, TABLE)
+SUFFIX_TREES = "suffix"
+SOURCES = (SPINE, OWN_TEXT, MEMORY, SUFFIX_TREES, TABLE)
 # Earlier occurrences of the matched n-gram the consensus check reads (the most recent): a context repeating one
 # token or bigram tens of thousands of times would otherwise make every proposal walk all of them.
 MAX_OCCURRENCES = 256
@@ -65,6 +69,12 @@ def memory_kind(found: MemoryMatch, source: str = MEMORY) -> tuple:
     return (source, match_bucket(found.match), found.consensus)
 
 
+def suffix_kind(found: SuffixMatch) -> tuple:
+    """The kind of a suffix-tree chain: its matched length (bucketed) and whether its first token is the
+    continuation of most earlier occurrences."""
+    return (SUFFIX_TREES, match_bucket(found.match), bool(found.probs) and found.probs[0] >= 0.5)
+
+
 def agreement(chain: list[int], committed: list[int]) -> tuple[int, int]:
     """(got, tried) of a candidate chain, drafted, cut or not drafted at all, as the committed tokens tell it: the
     leading tokens that agree, and how many were decided (one past them where a token disagreed)."""
@@ -84,7 +94,7 @@ class RequestChain:
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
                  min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3),
                  vocab_size: int | None = None, memory: OutputMemory | None = None, output_from: int | None = None,
-                 own: bool = True):
+                 own: bool = True, suffix_trees: SuffixTrees | None = None):
         self.table = table
         self.min_path = min_path
         self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
@@ -102,6 +112,10 @@ class RequestChain:
         self.output = memory.open() if memory is not None else None
         if memory is not None:
             memory.extend(self.output, tokens[len(tokens) if output_from is None else output_from:])
+        self.suffix_trees = suffix_trees
+        if suffix_trees is not None:
+            cut = len(tokens) if output_from is None else output_from
+            self.suffix_handle = suffix_trees.open(tokens[:cut], tokens[cut:])
         self.head = tuple(tokens[: self.HEAD])
         self.ema = {s: 0.5 for s in SOURCES}
         self.last_draft: list[int] = []
@@ -154,6 +168,8 @@ class RequestChain:
             self.own.extend(committed)
         if self.memory is not None:
             self.memory.extend(self.output, committed)
+        if self.suffix_trees is not None:
+            self.suffix_trees.extend(self.suffix_handle, committed)
         self.last_draft, self.last_source = [], ""
         return got
 
@@ -174,6 +190,10 @@ class RequestChain:
             found = self.memory.lookup(toks[-MAX_MATCH - 1:], limit, exclude=self.output)
             if found.chain:
                 out.append((memory_kind(found), found.chain))
+        if self.suffix_trees is not None:
+            found = self.suffix_trees.lookup(self.suffix_handle, toks, limit)
+            if found.chain:
+                out.append((suffix_kind(found), found.chain))
         if not out:
             prev = toks[-2] if len(toks) > 1 else -1
             ema = self.ema[TABLE]
@@ -195,6 +215,11 @@ class RequestChain:
                 self.last_kind, draft = found[best]
         self.last_draft, self.last_source = draft, (self.last_kind[0] if draft else "")
         return draft
+
+    def close(self) -> None:
+        """The request left the batch: sources holding per-request state let it go."""
+        if self.suffix_trees is not None:
+            self.suffix_trees.close(self.suffix_handle)
 
     def keep(self, n: int) -> list[int]:
         """Cut the last proposal to its first ``n`` tokens (the step budget kept those); what is verified of it is

@@ -31,6 +31,7 @@ from drafting.integrations.batch_budget import (KNEE_PRIOR, ChainAcceptance, Dep
 from drafting.integrations.goose_chain import SOURCES, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
 from drafting.sources.output_memory import OutputMemory
+from drafting.sources import suffix_trees
 
 CLASS_PATH = "drafting.integrations.vllm.GooseProposer"
 SETTINGS_ENV = "GOOSE_VLLM_SETTINGS"  # vLLM's config has no field for a custom proposer's own settings
@@ -52,6 +53,8 @@ SETTINGS = {  # name: (default, type, help)
                             "per-token acceptance, the same at every depth"),
     "jump": ("auto", str, "auto = steps that verify drafts get a fixed part of their own, measured, and a step "
                           "drafts only where its drafts pay for it; off = one line through all steps"),
+    "suffix": ("auto", str, "auto = arctic-inference's suffix trees (vLLM's suffix decoding's source) are one more "
+                            "candidate source where that package is installed; on = required; off = not used"),
     "memory": (1 << 19, int, "tokens of earlier outputs remembered as a draft source (the oldest forgotten first); "
                              "0 = no memory"),
 }
@@ -92,6 +95,8 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting jump must be auto or off, not {out['jump']!r}.")
     if out["own"] not in (0, 1):
         raise SettingsError(f"GooseProposer setting own must be 0 or 1, not {out['own']}.")
+    if out["suffix"] not in ("auto", "on", "off"):
+        raise SettingsError(f"GooseProposer setting suffix must be auto, on or off, not {out['suffix']!r}.")
     if out["memory"] < 0:
         raise SettingsError(f"GooseProposer setting memory must be 0 or more tokens, not {out['memory']}.")
     if not out["knee_prior"] > 0:
@@ -165,6 +170,8 @@ class GooseProposer:
                             "own": bool(s["own"])}
         # this proposer's own memory of the answers it has seen written: never shared with another proposer
         self.memory = OutputMemory(max_tokens=s["memory"]) if s["memory"] else None
+        use_trees = s["suffix"] == "on" or (s["suffix"] == "auto" and suffix_trees.available())
+        self.suffix_trees = suffix_trees.SuffixTrees() if use_trees else None  # this proposer's own, too
         self._rows: dict[int, RequestChain] = {}  # batch row of the previous call -> its request's state
         self.budget = s["budget"] == "cost"
         self.cost = StepCost(prior=s["knee_prior"], fixed=None if s["knee"] == "auto" else s["knee"],
@@ -218,7 +225,7 @@ class GooseProposer:
             if state is None:
                 same_batch = False
                 state = RequestChain(_ints(row[:n]), self.table, memory=self.memory, output_from=n - new,
-                                     **self._chain_args)
+                                     suffix_trees=self.suffix_trees, **self._chain_args)
             else:
                 source, drafted = state.last_source, len(state.last_draft)
                 got = state.advance(_ints(row[n - new : n]))
@@ -231,7 +238,10 @@ class GooseProposer:
             rows[i] = state
             # the engine places this step's token at n - 1; drafts must leave room for its bonus token
             decoding[i] = (state, min(self.k, self.max_model_len - n - 1))
-        self._rows = rows  # requests no row matched have finished or left the batch: their state goes
+        for state in previous.values():  # requests no row matched have finished or left the batch: their state goes
+            if id(state) not in claimed:
+                state.close()
+        self._rows = rows
         if self._last_call is not None and same_batch:
             # the same requests, all decoding: the time since the last call is one step over what it verified
             self.cost.add(self._last_verified, now - self._last_call, self._last_drafted, len(decoding))
@@ -239,9 +249,9 @@ class GooseProposer:
         self._calls += 1
         if self.budget and self._calls % LOG_EVERY == 0:
             fit = self.cost.fit()
-            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, alpha spine %.2f own %.2f "
-                     "memory %.2f table %.2f, batch %d", self.cost.knee, "measured" if fit else "prior",
-                     1e3 * fit[1] if fit else 0.0, *(self.source_acceptance[s].alpha() for s in SOURCES), len(decoding))
+            alphas = " ".join(f"{s} {self.source_acceptance[s].alpha():.2f}" for s in SOURCES)
+            LOG.info("GooseProposer step budget: knee %.1f tokens (%s), jump %.1f ms, alpha %s, batch %d",
+                     self.cost.knee, "measured" if fit else "prior", 1e3 * fit[1] if fit else 0.0, alphas, len(decoding))
         self._last_call = now
         self._last_verified = sum(1 + len(drafts.get(i, ())) for i in decoding)
         self._last_drafted = self._last_verified > len(decoding)

@@ -4,15 +4,17 @@ greedy verifier over known target streams. No vLLM needed."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
 import pytest
 
-from drafting.integrations.goose_chain import (MEMORY, OWN_TEXT, SOURCES, SPINE, TABLE, RequestChain, agreement, spine_length, table_floor,
+from drafting.integrations.goose_chain import (MEMORY, OWN_TEXT, SOURCES, SPINE, SUFFIX_TREES, TABLE, RequestChain, agreement, spine_length, table_floor,
                                                table_length)
 from drafting.integrations.token_adjacency import TokenAdjacency
-from drafting.integrations.vllm import CLASS_PATH, GooseProposer, speculative_config
+from drafting.integrations.vllm import CLASS_PATH, SETTINGS_ENV, GooseProposer, speculative_config
+from drafting.sources import suffix_trees
 
 MAX_LEN = 256
 K = 8
@@ -92,6 +94,10 @@ def repetitive(seed: int, length: int = 200) -> list[int]:
 
 
 def proposer(**kw) -> GooseProposer:
+    settings = kw.get("settings")
+    settings = os.environ.get(SETTINGS_ENV, "") if settings is None else settings
+    if "suffix=" not in settings:  # the same drafts whether or not arctic-inference is installed
+        kw["settings"] = ",".join(filter(None, ("suffix=off", settings)))
     kw.setdefault("num_speculative_tokens", K)
     kw.setdefault("max_model_len", MAX_LEN)
     kw.setdefault("table", TokenAdjacency())
@@ -383,6 +389,26 @@ def test_the_requests_own_text_offers_what_most_of_its_earlier_occurrences_conti
     off = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1), own=False)
     assert off.own is None and all(kind[0] != OWN_TEXT for kind, _ in off.candidates(4))
     assert proposer(settings="own=0")._chain_args["own"] is False
+
+
+def test_suffix_trees_are_a_candidate_source_where_arctic_inference_is_installed():
+    if not suffix_trees.available():
+        with pytest.raises(suffix_trees.SuffixTreesUnavailable, match="arctic-inference"):
+            proposer(settings="suffix=on")
+        assert proposer(settings="suffix=auto").suffix_trees is None
+        return
+    answer = list(range(500, 540))  # never repeats inside itself: only an earlier answer has it
+    p = proposer(settings="budget=off,memory=0,own=0,suffix=on")
+    answer_once(p, [1, 2, 3] + answer, prompt_len=3)
+    assert not p.suffix_trees._cache.active_requests  # the request left: its prompt tree went, its answer stays
+    batch = FakeBatch()
+    batch.add([9, 8, 7] + answer, prompt_len=3)
+    for _ in range(4):
+        batch.run(p, batch.step())
+    st = p._rows[0]
+    assert st.last_source == SUFFIX_TREES and st.last_draft == answer[len(st) - 3 : len(st) - 3 + len(st.last_draft)]
+    assert p.stats()["suffix_accepted"] > 0
+    assert proposer(settings="suffix=off").suffix_trees is None
 
 
 def test_agreement_reads_what_the_committed_tokens_decide():
