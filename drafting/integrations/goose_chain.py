@@ -109,13 +109,13 @@ class RequestChain:
         # this request's answer is remembered as it is written (other requests draft from it at once); the
         # tokens from ``output_from`` on are answer already (the engine's first token)
         self.memory = memory
+        answer_from = len(tokens) if output_from is None else output_from
         self.output = memory.open() if memory is not None else None
         if memory is not None:
-            memory.extend(self.output, tokens[len(tokens) if output_from is None else output_from:])
+            memory.extend(self.output, tokens[answer_from:])
         self.suffix_trees = suffix_trees
         if suffix_trees is not None:
-            cut = len(tokens) if output_from is None else output_from
-            self.suffix_handle = suffix_trees.open(tokens[:cut], tokens[cut:])
+            self.suffix_handle = suffix_trees.open(tokens[:answer_from], tokens[answer_from:])
         self.head = tuple(tokens[: self.HEAD])
         self.ema = {s: 0.5 for s in SOURCES}
         self.last_draft: list[int] = []

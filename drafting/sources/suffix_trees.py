@@ -26,13 +26,18 @@ class SuffixTreesUnavailable(RuntimeError):
     """arctic-inference is not installed; one sentence."""
 
 
-def available() -> bool:
-    """Whether arctic-inference's suffix trees can be imported here."""
+def _cache_class():
+    """arctic-inference's SuffixDecodingCache, or None where the package is not installed."""
     try:
-        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
     except ImportError:
-        return False
-    return True
+        return None
+    return SuffixDecodingCache
+
+
+def available() -> bool:
+    """Whether arctic-inference's suffix trees can be used here."""
+    return _cache_class() is not None
 
 
 @dataclass
@@ -46,24 +51,27 @@ class SuffixTrees:
     """Per-request suffix trees and a global tree of answers; requests are opened, extended, looked up, closed."""
 
     def __init__(self, max_depth: int = MAX_TREE_DEPTH, max_answers: int = MAX_CACHED_ANSWERS):
-        try:
-            from arctic_inference.suffix_decoding import SuffixDecodingCache
-        except ImportError:
+        cache_class = _cache_class()
+        if cache_class is None:
             raise SuffixTreesUnavailable("The suffix-tree source needs the package arctic-inference, which is not "
-                                         "installed here (make vllm-setup builds it).") from None
+                                         "installed here (make vllm-setup builds it).")
         self.max_depth = max_depth
-        self._cache = SuffixDecodingCache(max_tree_depth=max_depth, max_cached_requests=max_answers)
+        self._cache = cache_class(max_tree_depth=max_depth, max_cached_requests=max_answers)
         self._ids = count()
 
-    def open(self, prompt: list[int], answer: list[int] = ()) -> int:
+    @property
+    def open_requests(self) -> int:
+        """Requests opened and not yet closed (each holds its prompt's tree)."""
+        return len(self._cache.active_requests)
+
+    def open(self, prompt: list[int], answer: list[int] | None = None) -> int:
         """Start a request on its prompt (and the answer written so far); returns its handle."""
         handle = next(self._ids)
-        self._cache.start_request(handle, list(prompt))
-        if answer:
-            self._cache.add_active_response(handle, list(answer))
+        self._cache.start_request(handle, prompt)
+        self.extend(handle, answer)
         return handle
 
-    def extend(self, handle: int, tokens: list[int]) -> None:
+    def extend(self, handle: int, tokens: list[int] | None) -> None:
         """Append tokens the engine committed to the request's answer (other requests draft from it at once)."""
         if tokens:
             self._cache.add_active_response(handle, tokens)

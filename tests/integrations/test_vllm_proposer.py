@@ -400,7 +400,7 @@ def test_suffix_trees_are_a_candidate_source_where_arctic_inference_is_installed
     answer = list(range(500, 540))  # never repeats inside itself: only an earlier answer has it
     p = proposer(settings="budget=off,memory=0,own=0,suffix=on")
     answer_once(p, [1, 2, 3] + answer, prompt_len=3)
-    assert not p.suffix_trees._cache.active_requests  # the request left: its prompt tree went, its answer stays
+    assert p.suffix_trees.open_requests == 0  # the request left: its prompt tree went, its answer stays
     batch = FakeBatch()
     batch.add([9, 8, 7] + answer, prompt_len=3)
     for _ in range(4):
