@@ -32,7 +32,7 @@ REDRAWS_PER_S = 2  # each redraw costs the decode thread CPU and the GIL (script
 
 def provenance_legend() -> str:
     parts = []
-    for key in ("spine", "branch", "continuation", "guess", "bonus"):
+    for key in ("aligned", "spine", "branch", "continuation", "guess", "bonus"):
         style = PROVENANCE_STYLE[key] or "default"
         parts.append(f"[{style}]{PROVENANCE_LABEL[key]}[/]")
     return " · ".join(parts)

@@ -22,6 +22,7 @@ STYLE = {
     REJECTED: "red",
     UNREACHED: "grey50",
 }
+ALIGNED_STYLE = "bold dodger_blue1"  # an accepted node of a chain read from the text the answer is copying
 LEGEND = [(ACCEPTED, "accepted"), (CONTINUATION, "spine continuation"), (REJECTED, "rejected"), (UNREACHED, "not reached")]
 
 # Draft-row states (PTD's in-model draft tree).
@@ -33,6 +34,7 @@ ROW_STYLE = {GROWN: "bold cyan", PRUNED: "yellow strike", KEPT: "cyan"}
 
 # How an emitted token was produced (chat transcript shading).
 PROVENANCE_STYLE = {
+    "aligned": "dodger_blue1",
     "spine": "green",
     "branch": "cyan",
     "continuation": "magenta",
@@ -40,6 +42,7 @@ PROVENANCE_STYLE = {
     "bonus": "",
 }
 PROVENANCE_LABEL = {
+    "aligned": "copied from the text being edited",
     "spine": "spine / context match",
     "branch": "branch",
     "continuation": "spine continuation",
@@ -47,7 +50,9 @@ PROVENANCE_LABEL = {
     "bonus": "bonus / plain step",
 }
 
-SPINE_SOURCES = {"spine", "context"}
+ALIGNED_SOURCE = "aligned"
+TRUNK_SOURCES = {"spine", ALIGNED_SOURCE}  # what GOOSE lays as its spine
+SPINE_SOURCES = TRUNK_SOURCES | {"context"}
 BRANCH_SOURCES = {"spine-branch", "root-alt", "adjacency", "memory", "own"}
 GUESS_SOURCES = {"pool", "ptd-guess"}
 
@@ -74,7 +79,7 @@ def _left_spine(record: StepRecord, node: int) -> bool:
         return False
     parent = record.parents[node]
     while parent > 0:
-        if record.sources[parent] == "spine":
+        if record.sources[parent] in TRUNK_SOURCES:
             return True
         parent = record.parents[parent]
     return False
@@ -88,6 +93,8 @@ def provenance(record: StepRecord) -> list[str]:
         src = record.sources[node]
         if states[node] == CONTINUATION:
             out.append("continuation")
+        elif src == ALIGNED_SOURCE:
+            out.append("aligned")
         elif src in SPINE_SOURCES:
             out.append("spine")
         elif src in GUESS_SOURCES:
@@ -96,6 +103,23 @@ def provenance(record: StepRecord) -> list[str]:
             out.append("branch")
     out.append("bonus")
     return out[: len(record.emitted)]
+
+
+def node_styles(record: StepRecord, states: list[str]) -> list[str]:
+    """Each node's colour: its state's, except that accepted nodes of an aligned chain have a colour of their own."""
+    return [ALIGNED_STYLE if st == ACCEPTED and src == ALIGNED_SOURCE else STYLE[st]
+            for st, src in zip(states, record.sources)]
+
+
+def alignment_line(info: dict) -> str | None:
+    """Where the answer stands in the text it is copying (goose's aligned source), in words; None without one."""
+    at, left = info.get("aligned_at"), info.get("aligned_left", -1)
+    if at is None or (at < 0 and left < 0):
+        return None
+    moves = f"left it {info.get('departures', 0)}×, came back {info.get('returns', 0)}×"
+    if at >= 0:
+        return f"following the text at token {at} · {moves}"
+    return f"off the text since token {left} (an edit) · {moves}"
 
 
 def row_states(rows: dict) -> list[str]:

@@ -15,7 +15,9 @@ from textual.widget import Widget
 
 from drafting.engine.trace import StepRecord
 
-from tui.marks import MARKER, ROW_MARKER, STYLE, node_states, provenance, row_states
+from tui.marks import (
+    ALIGNED_STYLE, MARKER, PROVENANCE_STYLE, ROW_MARKER, STYLE, alignment_line, node_states, provenance, row_states,
+)
 from tui.treelayout import Seg, clip, default_trunk, layout, token_label
 from tui.views import draft_rows_tree, verified_tree
 
@@ -140,10 +142,13 @@ class TreePane(Widget, can_focus=True):
                 facts.append(f"{SHORT.get(key, key)} {_fmt(value)}")
         if facts:
             lines.append([Seg(" · ".join(facts), "grey70")])
+        aligned = alignment_line(record.info)
+        if aligned:
+            lines.append([Seg(aligned, PROVENANCE_STYLE["aligned"])])
         produced = [Seg(f"+{len(record.emitted)}: ", "bold")]
         for tok, how in zip(record.emitted, provenance(record)):
             mark = "+" if how == "bonus" else MARKER["accepted"]
-            style = "bold" if how == "bonus" else STYLE["accepted"]
+            style = "bold" if how == "bonus" else ALIGNED_STYLE if how == "aligned" else STYLE["accepted"]
             produced.append(Seg(f"{mark}{token_label(self.text(tok))} ", style))
         if record.stop:
             produced.append(Seg(f"■ {record.stop}", "grey50"))

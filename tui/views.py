@@ -13,7 +13,9 @@ from tui.marks import (
     ROW_STYLE,
     STYLE,
     GROWN,
+    TRUNK_SOURCES,
     node_states,
+    node_styles,
     row_states,
 )
 from tui.treelayout import PlainTree, default_trunk
@@ -29,13 +31,13 @@ def verified_tree(record: StepRecord) -> tuple[PlainTree, list[int]]:
         tokens=list(record.tokens),
         parents=list(record.parents),
         markers=[MARKER[s] for s in states],
-        styles=[STYLE[s] for s in states],
+        styles=node_styles(record, states),
         priority=[_PRIORITY.get(s, 0) for s in states],
     )
     kids = tree.children()
     trunk = [0]
     while True:
-        spine = [c for c in kids[trunk[-1]] if record.sources[c] == "spine"]
+        spine = [c for c in kids[trunk[-1]] if record.sources[c] in TRUNK_SOURCES]
         if not spine:
             break
         trunk.append(spine[0])

@@ -20,7 +20,9 @@ ROOT_ALT = "root-alt"  # GOOSE: adjacency alternatives hung off the root
 ADJACENCY = "adjacency"  # Token Recycling table
 MEMORY = "memory"  # GOOSE: a chain read from earlier answers (drafting.sources.output_memory)
 OWN_TEXT = "own"  # GOOSE: a chain read from the text so far as a memory (output_memory.TextMemory)
+ALIGNED = "aligned"  # a chain read from the text the answer is copying, at its pointer (sources.aligned)
 POOL = "pool"  # n-gram / candidate pool (Lookahead, PTD guess tree)
+SPINE_TAGS = frozenset({SPINE, ALIGNED})  # GOOSE's trunk: the spine, whichever source it was laid from
 
 class DraftTree:
     """A token tree stored as flat lists; siblings always carry distinct tokens."""

@@ -13,6 +13,8 @@ The chain is GOOSE's spine, taken from the source expected to get the most of it
   stream in other requests' answers, the continuation most of them agree on;
 - arctic-inference's suffix trees where installed (drafting.sources.suffix_trees): the chain vLLM's suffix
   decoding would draft, from the request's own text and every earlier answer;
+- the text the request is copying (an edited file in the prompt, or its own earlier text), read at the pointer
+  drafting.sources.aligned keeps into it while the answer follows it: long chains while an edit copies the file;
 - where none has anything, a walk through the token-id adjacency table, its length bounded by that
   source's own acceptance EMA.
 
@@ -26,7 +28,8 @@ from __future__ import annotations
 import math
 
 from drafting.sources.context import SpineMatcher
-from drafting.engine.tree import MEMORY, OWN_TEXT
+from drafting.engine.tree import ALIGNED, MEMORY, OWN_TEXT
+from drafting.sources.aligned import HELD, AlignedText, run_bucket
 from drafting.sources.output_memory import MAX_MATCH, MemoryMatch, OutputMemory, TextMemory, match_bucket
 from drafting.sources.suffix_trees import SuffixMatch, SuffixTrees
 from drafting.speculators.goose import EMA_ALPHA, base_ratio
@@ -36,7 +39,7 @@ from drafting.integrations.token_adjacency import TokenAdjacency
 SPINE = "spine"
 TABLE = "table"
 SUFFIX_TREES = "suffix"
-SOURCES = (SPINE, OWN_TEXT, MEMORY, SUFFIX_TREES, TABLE)
+SOURCES = (SPINE, OWN_TEXT, MEMORY, SUFFIX_TREES, ALIGNED, TABLE)
 # Earlier occurrences of the matched n-gram the consensus check reads (the most recent): a context repeating one
 # token or bigram tens of thousands of times would otherwise make every proposal walk all of them.
 MAX_OCCURRENCES = 256
@@ -94,7 +97,7 @@ class RequestChain:
     def __init__(self, tokens: list[int], table: TokenAdjacency, chain: int = 20, chain_max: int = 100,
                  min_path: float = 0.3, full_spine: bool = False, ngram_sizes=(5, 4, 3),
                  vocab_size: int | None = None, memory: OutputMemory | None = None, output_from: int | None = None,
-                 own: bool = True, suffix_trees: SuffixTrees | None = None):
+                 own: bool = True, suffix_trees: SuffixTrees | None = None, aligned: bool = True):
         self.table = table
         self.min_path = min_path
         self.full_spine = full_spine  # draft the whole context chain up to the limit, whatever the EMA
@@ -113,6 +116,10 @@ class RequestChain:
         self.output = memory.open() if memory is not None else None
         if memory is not None:
             memory.extend(self.output, tokens[answer_from:])
+        # the pointer into what the answer may copy: the prompt, then the answer's own text as it is written
+        self.aligned = AlignedText(tokens[:answer_from]) if aligned else None
+        if self.aligned is not None:
+            self.aligned.extend(tokens[answer_from:])
         self.suffix_trees = suffix_trees
         if suffix_trees is not None:
             self.suffix_handle = suffix_trees.open(tokens[:answer_from], tokens[answer_from:])
@@ -168,6 +175,8 @@ class RequestChain:
             self.own.extend(committed)
         if self.memory is not None:
             self.memory.extend(self.output, committed)
+        if self.aligned is not None:
+            self.aligned.extend(committed)
         if self.suffix_trees is not None:
             self.suffix_trees.extend(self.suffix_handle, committed)
         self.last_draft, self.last_source = [], ""
@@ -194,6 +203,10 @@ class RequestChain:
             found = self.suffix_trees.lookup(self.suffix_handle, toks, limit)
             if found.chain:
                 out.append((suffix_kind(found), found.chain))
+        if self.aligned is not None:
+            found = self.aligned.lookup(limit)
+            if found.state == HELD:  # the way back after a departure is one guess of many: no chain for it
+                out.append(((ALIGNED, found.key, run_bucket(found.run)), found.chain))
         if not out:
             prev = toks[-2] if len(toks) > 1 else -1
             ema = self.ema[TABLE]

@@ -41,6 +41,8 @@ SETTINGS = {  # name: (default, type, help)
     "ngram_min": (1, int, "shortest context n-gram matched (5 down to this; GOOSE in goose itself stops at 3)"),
     "own": (1, int, "1 = the request's own text is also read as a memory (the continuation most earlier occurrences "
                     "of its longest suffix agree on); 0 = off"),
+    "aligned": (1, int, "1 = the text the request copies (an edited file in the prompt, its own earlier text) is read "
+                        "at a pointer kept through every edit, one more candidate chain; 0 = off"),
     "chain": (20, int, "context chain length before extension"),
     "chain_max": (100, int, "longest extended context chain"),
     "budget": ("cost", str, "cost = each step keeps the draft tokens whose acceptance chance pays for their "
@@ -93,8 +95,9 @@ def parse_settings(text: str | None) -> dict:
         raise SettingsError(f"GooseProposer setting chance must be kind or request, not {out['chance']!r}.")
     if out["jump"] not in ("auto", "off"):
         raise SettingsError(f"GooseProposer setting jump must be auto or off, not {out['jump']!r}.")
-    if out["own"] not in (0, 1):
-        raise SettingsError(f"GooseProposer setting own must be 0 or 1, not {out['own']}.")
+    for name in ("own", "aligned"):
+        if out[name] not in (0, 1):
+            raise SettingsError(f"GooseProposer setting {name} must be 0 or 1, not {out[name]}.")
     if out["suffix"] not in ("auto", "on", "off"):
         raise SettingsError(f"GooseProposer setting suffix must be auto, on or off, not {out['suffix']!r}.")
     if out["memory"] < 0:
@@ -167,7 +170,7 @@ class GooseProposer:
         self._chain_args = {"chain": s["chain"], "chain_max": s["chain_max"], "min_path": s["min_path"],
                             "full_spine": s["spine"] == "full",
                             "ngram_sizes": tuple(range(5, s["ngram_min"] - 1, -1)), "vocab_size": self.vocab_size,
-                            "own": bool(s["own"])}
+                            "own": bool(s["own"]), "aligned": bool(s["aligned"])}
         # this proposer's own memory of the answers it has seen written: never shared with another proposer
         self.memory = OutputMemory(max_tokens=s["memory"]) if s["memory"] else None
         use_trees = s["suffix"] == "on" or (s["suffix"] == "auto" and suffix_trees.available())

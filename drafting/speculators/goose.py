@@ -29,9 +29,12 @@ from dataclasses import dataclass
 
 from drafting.budget.acceptance_rates import AcceptanceStats
 from drafting.budget.selection import chain_pays
-from drafting.engine.tree import CONTEXT, MEMORY, OWN_TEXT, ROOT_ALT, SPINE, SPINE_BRANCH, DraftTree
+from drafting.engine.tree import (
+    ALIGNED, CONTEXT, MEMORY, OWN_TEXT, ROOT_ALT, SPINE, SPINE_BRANCH, SPINE_TAGS, DraftTree,
+)
 from drafting.engine.speculator import Settings, StepResult, option
 from drafting.errors import SpecError
+from drafting.sources.aligned import HELD, NO_ALIGNMENT, AlignedText, Alignment, chain_plan
 from drafting.sources.context import match_confidence
 from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, TextMemory, match_bucket
 from drafting.speculators.tree_base import (
@@ -173,6 +176,16 @@ def memory_chain(found: MemoryMatch, source: str = MEMORY) -> Chain:
                  [memory_prior(sh, found.support) for sh in shares], source)
 
 
+def aligned_chain(found: Alignment) -> Chain:
+    keys, priors = chain_plan(found.kind, len(found.chain))
+    return Chain(list(found.chain), list(keys), list(priors), ALIGNED)
+
+
+def aligned_confidence(found: Alignment) -> float:
+    """The context rule's confidence for a chain of its length, nothing while it only offers the way back."""
+    return match_confidence(len(found.chain), False) if found.state == HELD else 0.0
+
+
 def hang_chain(cand: Candidates, chain: Chain, most: int) -> int:
     """Hang at most ``most`` new nodes of ``chain`` off the root, along the nodes already there where they agree
     (the spine's, usually); returns the nodes added."""
@@ -199,8 +212,9 @@ def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf
     spine = chain if isinstance(chain, Chain) else context_chain(chain, conf)
     spine_nodes = []
     parent = 0
+    tag = ALIGNED if spine.source == ALIGNED else SPINE  # an aligned spine keeps its own colour and counts
     for tok, key, prior in islice(zip(spine.tokens, spine.keys, spine.priors), plan.spine):
-        parent = cand.add(tok, parent, SPINE, key, prior)
+        parent = cand.add(tok, parent, tag, key, prior)
         spine_nodes.append(parent)
     opts = dict(k=k, min_score=min_score, max_depth=max_depth, bigram=bigram)
     root_budget = plan.root
@@ -240,6 +254,9 @@ class GooseSettings(Settings):
                                   "(the oldest forgotten first); 0 = no memory (the paper's GOOSE)")
     own: bool = option(True, "read the text so far as a memory too (the continuation most earlier occurrences of its "
                              "longest suffix agree on), competing for the spine (off = the paper's GOOSE)")
+    aligned: bool = option(True, "follow the text the answer is copying (an edited file, an earlier answer) with a "
+                                 "pointer that re-aligns after every edit, competing for the spine (off = the paper's "
+                                 "GOOSE)")
     cache: str = cache_field()
 
 
@@ -267,6 +284,7 @@ class Goose(TreeSpeculator):
         self.memory = OutputMemory(max_tokens=s.memory) if s.memory else None
         self._answer: int | None = None  # the answer being written, in the memory
         self._own: TextMemory | None = None  # the text so far, indexed as a memory (own=on)
+        self._aligned: AlignedText | None = None  # the answer's place in the text before it (aligned=on)
 
     def table_size(self) -> int:
         return self.settings.k
@@ -276,6 +294,7 @@ class Goose(TreeSpeculator):
         self.ema = 0.5
         self._start_answer()
         self._own = None
+        self._align(context)
 
     def own_text(self, context: list[int]) -> TextMemory | None:
         """The text so far indexed as a memory, brought up to ``context`` (built anew where it is shorter than
@@ -291,7 +310,17 @@ class Goose(TreeSpeculator):
         if not super().resume(context):
             return False
         self._start_answer()
+        self._align(context)
         return True
+
+    @property
+    def aligned(self) -> AlignedText | None:
+        """Where the answer stands in the text before it (aligned=on), fed every emitted token."""
+        return self._aligned
+
+    def _align(self, context: list[int]) -> None:
+        """A new answer: everything before it is the text it may copy (in a chat, the earlier answers too)."""
+        self._aligned = AlignedText(context) if self.settings.aligned else None
 
     def _start_answer(self) -> None:
         """A new prompt (or turn): what follows is a new answer, remembered as it is written."""
@@ -315,7 +344,8 @@ class Goose(TreeSpeculator):
         base = 60 if self.auto else int(s.budget)
         own = self.own_text(context)
         own_found = own.lookup(s.chain) if own is not None else NO_MEMORY
-        spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base, own_found)
+        aligned = self._aligned.lookup(s.chain_max) if self._aligned is not None else NO_ALIGNMENT
+        spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base, own_found, aligned)
         plan = plan_budget(len(spine.tokens), conf, self.ema, base, s.rho, use_conf, full_spine=self.auto)
         self._spine = Chain(spine.tokens[: plan.spine], spine.keys, spine.priors, SPINE)
         self._side = side
@@ -331,22 +361,26 @@ class Goose(TreeSpeculator):
         cand.info = {"budget": plan.budget, "confidence": round(conf, 3), "ema": round(self.ema, 3),
                      "bypass": int(plan.bypass), "chain": len(spine.tokens),
                      "spine_source": spine.source if spine.tokens else "none"}
+        if self._aligned is not None:
+            cand.info.update(aligned_info(self._aligned))
         return cand
 
-    def pick_spine(self, m, found: MemoryMatch, base: int,
-                   own: MemoryMatch = NO_MEMORY) -> tuple[Chain, Chain | None, float]:
-        """(spine, side chain, confidence): of the context's chain, the own text's and the memory's, the one
-        expected to get most tokens accepted is the spine (the context's on a tie) and the next one the side
-        chain; a memory spine's confidence is the context rule's for its length and agreement, so a consensus of
-        earlier occurrences is drafted whole too."""
+    def pick_spine(self, m, found: MemoryMatch, base: int, own: MemoryMatch = NO_MEMORY,
+                   aligned: Alignment = NO_ALIGNMENT) -> tuple[Chain, Chain | None, float]:
+        """(spine, side chain, confidence): of the aligned text's chain, the context's, the own text's and the
+        memory's, the one expected to get most tokens accepted is the spine (in that order on a tie) and the next
+        one the side chain; a memory spine's confidence is the context rule's for its length and agreement, so a
+        consensus of earlier occurrences is drafted whole too."""
         ctx = context_chain(m.chain, m.confidence)
-        ranked = [(ctx, m.confidence)] if ctx.tokens else []
+        ranked = [(aligned_chain(aligned), aligned_confidence(aligned))] if aligned.chain else []
+        if ctx.tokens:
+            ranked.append((ctx, m.confidence))
         for match, source in ((own, OWN_TEXT), (found, MEMORY)):
             if match.chain:
                 ranked.append((memory_chain(match, source), match_confidence(len(match.chain), match.consensus)))
         if len(ranked) > 1:
             span = max(1, min(base, 16))  # compared over the depth a spine is mostly verified at
-            ranked.sort(key=lambda c: -c[0].expected(self.acceptance, span))  # stable: the context's on a tie
+            ranked.sort(key=lambda c: -c[0].expected(self.acceptance, span))  # stable: the order above on a tie
         if not ranked:
             return ctx, None, m.confidence
         return ranked[0][0], (ranked[1][0] if len(ranked) > 1 else None), ranked[0][1]
@@ -392,7 +426,7 @@ class Goose(TreeSpeculator):
         whether the first spine node left out would have been: counted like a tested node, so a spine priced out
         on a steep cost curve still teaches the rates that may later price it in."""
         chain = self._spine
-        whole_spine = len(path) == drafted and all(sources[i] == SPINE for i in path)
+        whole_spine = len(path) == drafted and all(sources[i] in SPINE_TAGS for i in path)
         if whole_spine and drafted < len(chain.tokens) and drafted < len(emitted):
             self.acceptance.update(chain.keys[drafted], chain.tokens[drafted] == emitted[drafted])
 
@@ -417,14 +451,16 @@ class Goose(TreeSpeculator):
 
     def after_observe(self, draft, result: StepResult) -> None:
         self.remember(result.emitted)
+        if self._aligned is not None:
+            self._aligned.extend(result.emitted)
         if draft is self._last:
             self.learn_undrafted_side(draft.tree, result.emitted)
             self.score_root_alternatives(result.emitted)
         sources = draft.tree.sources
-        spine = sum(1 for x in sources if x == SPINE)
+        spine = sum(1 for x in sources if x in SPINE_TAGS)
         path = result.accepted[1:]
         if spine:
-            got = sum(1 for i in path if sources[i] == SPINE)
+            got = sum(1 for i in path if sources[i] in SPINE_TAGS)
             self.ema = (1 - EMA_ALPHA) * self.ema + EMA_ALPHA * (got / spine)
         if draft is self._last:
             self.learn_undrafted_spine(spine, path, sources, result.emitted)
@@ -433,3 +469,11 @@ class Goose(TreeSpeculator):
         self.counts["spine_continuation"] += cont
         self.counts["bypass"] += draft.info.get("bypass", 0)
         self.counts["budget_sum"] += len(draft.tree) - 1
+
+
+def aligned_info(aligned: AlignedText) -> dict:
+    """The step's alignment for its record: where the answer stands in the text it copies (-1: off it), where it
+    last left it, and how often it left and came back."""
+    where = aligned.where()
+    return {"aligned_at": where["pointer"], "aligned_left": where["anchor"], "departures": where["departures"],
+            "returns": where["returns"]}

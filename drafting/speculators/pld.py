@@ -6,6 +6,9 @@ starts repeating itself. Priced (``priced=on``, where the model has a measured v
 cut to the prefix whose expected accepted tokens pay for its rows, each token priced by the acceptance measured
 at its depth and n-gram length, so on a steep curve (llama.cpp on a CPU: a second row costs most of a step) only
 sure chains are verified, and on a flat one the whole chain is.
+
+With ``aligned=on`` the chain is the text the answer is copying, read at its pointer (drafting.sources.aligned)
+while the answer follows it, and the n-gram match elsewhere: prompt lookup that keeps its place in an edited file.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from dataclasses import dataclass
 
 from drafting.budget.acceptance_rates import AcceptanceStats
 from drafting.sources.context import ContextIndex
-from drafting.engine.tree import CONTEXT, Draft, DraftTree
+from drafting.engine.tree import ALIGNED, CONTEXT, Draft, DraftTree
 from drafting.engine.speculator import Settings, Speculator, StepResult, option
 from drafting.errors import SpecError
+from drafting.sources.aligned import HELD, AlignedText, chain_plan
 from drafting.sources.context import catch_up
 from drafting.speculators.candidates import Candidates
 
@@ -37,6 +41,8 @@ class PromptLookupSettings(Settings):
     probe: int = option(6, "while paused, draft again after this many plain steps")
     priced: bool = option(True, "verify only the chain's prefix that pays on this hardware's measured verify cost "
                           "curve (acceptance learned per depth); off = the whole match up to draft")
+    aligned: bool = option(False, "draft the text the answer is copying at its pointer while the answer follows it "
+                           "(an edited file; re-aligned after each edit), the n-gram match elsewhere")
 
     def __post_init__(self):
         if self.min_ngram < 1 or self.max_ngram < self.min_ngram:
@@ -58,7 +64,8 @@ class PromptLookup(Speculator):
         self.counts = {"offered": 0, "accepted": 0, "drafted_steps": 0, "gated_steps": 0, "priced_out_steps": 0}
         self.acceptance = AcceptanceStats()
         self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when priced
-        self._match = None  # the last step's whole match, learned from against what the target emitted
+        self._match = None  # the last step's whole chain and its keys, learned from against what the target emitted
+        self._aligned: AlignedText | None = None  # the answer's place in the text before it (aligned=on)
 
     def bind(self, lm) -> None:
         if self.settings.priced and self.curve is None and lm.verify_cost is not None:
@@ -68,9 +75,35 @@ class PromptLookup(Speculator):
         self.index.reset(context)
         self.ema = 1.0
         self.paused_steps = 0
+        self._align(context)
 
     def resume(self, context: list[int]) -> bool:
-        return catch_up(self.index, context)
+        if not catch_up(self.index, context):
+            return False
+        self._align(context)
+        return True
+
+    @property
+    def aligned(self) -> AlignedText | None:
+        """Where the answer stands in the text before it (aligned=on), fed every emitted token."""
+        return self._aligned
+
+    def _align(self, context: list[int]) -> None:
+        """A new answer: everything before it is the text it may copy."""
+        self._aligned = AlignedText(context) if self.settings.aligned else None
+
+    def chain(self) -> tuple[list[int], list, list, str, dict]:
+        """(tokens, acceptance keys, priors, source tag, step info) of this step's chain: the aligned text's while
+        the answer follows it (aligned=on), else the longest n-gram match's."""
+        s = self.settings
+        if self._aligned is not None:
+            found = self._aligned.lookup(s.draft)
+            if found.state == HELD:
+                keys, priors = chain_plan(found.kind, len(found.chain))
+                return found.chain, list(keys), list(priors), ALIGNED, {"ngram": 0, "match": len(found.chain)}
+        m = self.index.match(s.draft)
+        keys = [depth_key(m.ngram, d) for d in range(1, len(m.chain) + 1)]
+        return m.chain, keys, [CHAIN_PRIOR] * len(keys), CONTEXT, {"ngram": m.ngram, "match": len(m.chain)}
 
     def propose(self, context: list[int]) -> Draft:
         tree = DraftTree(context[-1])
@@ -80,22 +113,24 @@ class PromptLookup(Speculator):
             self.paused_steps += 1
             self.counts["gated_steps"] += 1
             return Draft(tree=tree, info={"route": "gated"})
-        m = self.index.match(s.draft)
-        self._match = m if m.chain else None
-        if m.chain and self.curve is not None:
+        chain, keys, priors, source, info = self.chain()
+        self._match = (chain, keys) if chain else None
+        if chain and self.curve is not None:
             cand = Candidates(tree=tree)
-            for d, tok in enumerate(m.chain, start=1):
-                cand.add(tok, d - 1, CONTEXT, depth_key(m.ngram, d), CHAIN_PRIOR)
+            for d, (tok, key, prior) in enumerate(zip(chain, keys, priors), start=1):
+                cand.add(tok, d - 1, source, key, prior)
             tree, _ = cand.paying(self.acceptance, self.curve.at(len(context) - 1))
-        elif m.chain:
-            tree.add_chain(m.chain, 0, CONTEXT)
-        route = "chain" if len(tree) > 1 else "priced_out" if m.chain else "single"
+        elif chain:
+            tree.add_chain(chain, 0, source)
+        route = "chain" if len(tree) > 1 else "priced_out" if chain else "single"
         if route == "priced_out":
             self.counts["priced_out_steps"] += 1
-        return Draft(tree=tree, info={"route": route, "ngram": m.ngram, "match": len(m.chain)})
+        return Draft(tree=tree, info={"route": route, **info})
 
     def observe(self, draft: Draft, result: StepResult) -> None:
         self.index.extend(result.emitted)
+        if self._aligned is not None:
+            self._aligned.extend(result.emitted)
         offered = len(draft.tree) - 1
         if self._match is not None:
             self.learn(self._match, result.emitted)
@@ -107,12 +142,13 @@ class PromptLookup(Speculator):
             self.ema = 0.7 * self.ema + 0.3 * (1.0 if accepted else 0.0)
             self.paused_steps = 0
 
-    def learn(self, m, emitted: list[int]) -> None:
-        """Acceptance per depth from the whole match, drafted or priced out: the target's emitted tokens say which
+    def learn(self, match, emitted: list[int]) -> None:
+        """Acceptance per depth from the whole chain, drafted or priced out: the target's emitted tokens say which
         of its first tokens it would have accepted (the step's bonus token tests the first undrafted one), so a
         priced-out chain still teaches the rates that may later price it in."""
-        for d, (tok, got) in enumerate(zip(m.chain, emitted), start=1):
-            self.acceptance.update(depth_key(m.ngram, d), tok == got)
+        chain, keys = match
+        for tok, key, got in zip(chain, keys, emitted):
+            self.acceptance.update(key, tok == got)
             if tok != got:
                 break
 

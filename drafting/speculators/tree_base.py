@@ -21,7 +21,7 @@ from drafting.budget.selection import most_paying_nodes
 from drafting.disk_cache import note_damaged, note_unwritable
 from drafting.sources.adjacency import AdjacencyCacheError, AdjacencyTable, DamagedAdjacencyCache
 from drafting.sources.context import SpineMatcher
-from drafting.engine.tree import CONTEXT, SPINE, Draft, DraftTree
+from drafting.engine.tree import CONTEXT, SPINE_TAGS, Draft, DraftTree
 from drafting.engine.speculator import Speculator, StepResult, option
 from drafting.errors import SpecError
 from drafting.sources.context import catch_up
@@ -226,7 +226,7 @@ class TreeSpeculator(Speculator):
 def route_of(tree: DraftTree) -> str:
     if len(tree) == 1:
         return "single"
-    chainish = {SPINE, CONTEXT}
+    chainish = SPINE_TAGS | {CONTEXT}
     spine = sum(1 for s in tree.sources[1:] if s in chainish)
     if spine == len(tree) - 1:
         return "chain"

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from drafting.integrations.goose_chain import (MEMORY, OWN_TEXT, SOURCES, SPINE, SUFFIX_TREES, TABLE, RequestChain, agreement, spine_length, table_floor,
+from drafting.integrations.goose_chain import (ALIGNED, MEMORY, OWN_TEXT, SOURCES, SPINE, SUFFIX_TREES, TABLE, RequestChain, agreement, spine_length, table_floor,
                                                table_length)
 from drafting.integrations.token_adjacency import TokenAdjacency
 from drafting.integrations.vllm import CLASS_PATH, SETTINGS_ENV, GooseProposer, speculative_config
@@ -282,7 +282,7 @@ def test_settings_from_text_and_environment(monkeypatch):
     s = parse_settings("spine=full, min_path=0.2")
     assert (s["spine"], s["min_path"], s["chain"]) == ("full", 0.2, 20)
     assert parse_settings("ngram_min=3+spine=full") == {**parse_settings("spine=full"), "ngram_min": 3}
-    for bad in ("spine=tree", "min_path=x", "nope=1", "spine", "ngram_min=6", "own=2"):
+    for bad in ("spine=tree", "min_path=x", "nope=1", "spine", "ngram_min=6", "own=2", "aligned=3"):
         with pytest.raises(SettingsError):
             parse_settings(bad)
     monkeypatch.setenv(SETTINGS_ENV, "spine=full+budget=off")
@@ -389,6 +389,20 @@ def test_the_requests_own_text_offers_what_most_of_its_earlier_occurrences_conti
     off = RequestChain(stream, TokenAdjacency(), ngram_sizes=(5, 4, 3, 2, 1), own=False)
     assert off.own is None and all(kind[0] != OWN_TEXT for kind, _ in off.candidates(4))
     assert proposer(settings="own=0")._chain_args["own"] is False
+
+
+def test_the_text_an_edit_copies_is_a_candidate_that_keeps_its_place_through_the_edit():
+    file = list(range(100, 140))  # the prompt: an instruction and a file of distinct tokens
+    st = RequestChain([1, 2, 3] + file + [100, 101], TokenAdjacency(), output_from=43, own=False)
+    aligned = dict(st.candidates(5))[(ALIGNED, 2, 0)]  # the answer's first two tokens aligned it: run 0
+    assert aligned == [102, 103, 104, 105, 106]
+    st.advance([102, 103, 104, 900, 901])  # follows three more tokens, then inserts two of its own
+    assert all(kind[0] != ALIGNED for kind, _ in st.candidates(5))  # off the file: no chain until it returns
+    st.advance([105])  # back where it left
+    assert dict(st.candidates(3))[(ALIGNED, 1, 0)] == [106, 107, 108]
+    off = RequestChain([1, 2, 3] + file + [100, 101], TokenAdjacency(), output_from=43, aligned=False)
+    assert off.aligned is None and all(kind[0] != ALIGNED for kind, _ in off.candidates(5))
+    assert proposer(settings="aligned=0")._chain_args["aligned"] is False
 
 
 def test_suffix_trees_are_a_candidate_source_where_arctic_inference_is_installed():

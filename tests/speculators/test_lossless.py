@@ -14,6 +14,7 @@ from drafting.speculators import registry
 # in the heavy tier, since the paths they add are taken on every prompt
 VARIANTS = [
     "pld:max_ngram=4,min_ngram=1,draft=6,gate=off",
+    "pld:aligned=on",
     "iso:k=5,budget=60",
     # the paper's budget with all four ablation switches at once (each switch alone runs on the tiny model)
     "goose:budget=60,rho=0,bigram=off,confidence=off,harvest=off",
