@@ -28,6 +28,8 @@ from functools import lru_cache
 from drafting.engine.tree import ALIGNED
 
 KEYS = (3, 2, 1)  # lengths of the answer's tail looked up to re-align, longest first
+CANDIDATES = 32  # occurrences of a key weighed on each side of the anchor (the nearest): a lookup's cost is bounded
+AGREE = 24  # tokens of agreement with the answer measured back from an occurrence
 RUN_BUCKETS = (0, 1, 4, 16, 64)  # tokens followed since the last alignment, told apart where acceptance is learned
 
 HELD = "held"  # the answer is following the reference: the chain is the text at the pointer
@@ -134,40 +136,59 @@ class AlignedText:
                     self.anchor = p
                     self.pointer = None
                     self.departures += 1
-                self._realign()  # before the token is indexed: the tail must not find itself
+                self._realign(t)  # before the token is indexed: the tail must not find itself
             ref.append(t)
             self._index_end(len(ref) - 1)
 
-    def _realign(self) -> None:
+    def _realign(self, token: int) -> None:
+        """Point at where the answer, which just wrote ``token``, stands in the reference again, if a key of its
+        tail says so."""
         for k in self.keys:
             if len(self.tail) < k:
                 continue
             hits = self._index[k].get(tuple(self.tail[-k:]))
             if not hits:
                 continue
-            end = self._nearest(hits, k)
+            end = self._choose(hits, k, token)
             if end is not None:
                 if self.anchor is not None:
                     self.returns += 1
                 self.pointer, self.key, self.run = end + 1, k, 0
                 return
 
-    def _nearest(self, hits: list[int], k: int) -> int | None:
-        """The end position to align to among ``hits`` of a ``k``-token key: forward of the anchor first (the
-        nearest), then behind it, within the reach a key of that length is trusted with; before any departure the
-        latest occurrence of a key of two tokens or more."""
+    def _choose(self, hits: list[int], k: int, token: int) -> int | None:
+        """The end position to align to among ``hits`` of a ``k``-token key (ascending): of those within the reach
+        a key of that length is trusted with (any for three tokens, ``near`` for two, ``step`` forward for one;
+        before any departure, the latest of a key of two tokens or more), the one whose text agrees longest with
+        the answer's (up to AGREE tokens back), the nearest to the anchor on a tie, forward of it first (a
+        deletion skips ahead; an end at anchor - 1 + d continues at anchor + d)."""
         anchor = self.anchor
         if anchor is None:
             return hits[-1] if k >= 2 else None
-        # an end at anchor - 1 + d continues at anchor + d: d tokens of the reference skipped
-        i = bisect_left(hits, anchor - 1)
+        at = anchor - 1
+        i = bisect_left(hits, at)
         reach = self.step if k == 1 else self.near if k == 2 else None
-        if i < len(hits) and (reach is None or hits[i] - (anchor - 1) <= reach):
-            return hits[i]
-        if k == 1 or i == 0:
-            return None
-        back = hits[i - 1]
-        return back if reach is None or (anchor - 1) - back <= reach else None
+        ahead = hits[i: i + CANDIDATES]
+        behind = [] if k == 1 else hits[max(0, i - CANDIDATES): i][::-1]
+        if reach is not None:
+            ahead = [e for e in ahead if e - at <= reach]
+            behind = [e for e in behind if at - e <= reach]
+        best, best_agree = None, -1
+        for end in sorted(ahead + behind, key=lambda e: (e < at, abs(e - at))):  # nearest first, forward first
+            agree = self._agreement(end, token)
+            if agree > best_agree:
+                best, best_agree = end, agree
+        return best
+
+    def _agreement(self, end: int, token: int) -> int:
+        """How many tokens the reference ending at ``end`` agrees with the answer's text ending with ``token``."""
+        ref = self.reference
+        if ref[end] != token:
+            return 0
+        n, last = 1, len(ref) - 1  # the answer's text is ref + [token]: its j-th token back is ref[last + 1 - j]
+        while n < AGREE and end - n >= 0 and ref[end - n] == ref[last + 1 - n]:
+            n += 1
+        return n
 
     def lookup(self, limit: int) -> Alignment:
         """The reference's continuation of the answer, at most ``limit`` tokens: from the pointer while the answer

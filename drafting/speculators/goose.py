@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import islice
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from drafting.budget.acceptance_rates import AcceptanceStats
 from drafting.budget.selection import chain_pays
@@ -37,6 +37,7 @@ from drafting.errors import SpecError
 from drafting.sources.aligned import HELD, NO_ALIGNMENT, AlignedText, Alignment, chain_plan
 from drafting.sources.context import match_confidence
 from drafting.sources.output_memory import MAX_MATCH, NO_MEMORY, MemoryMatch, OutputMemory, TextMemory, match_bucket
+from drafting.speculators.follows_text import FollowsText
 from drafting.speculators.tree_base import (
     Candidates, TreeSpeculator, bigram_field, budget_field, cache_field, harvest_field, harvest_window_field,
     min_score_field, score_bucket,
@@ -204,10 +205,11 @@ def hang_chain(cand: Candidates, chain: Chain, most: int) -> int:
 
 def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf: float, plan: SpinePlan, table, *,
                      k: int = 10, min_score: float = 0.01, max_depth: int = 6, bigram: bool = True,
-                     side: Chain | None = None, priced: bool = False) -> Candidates:
+                     side: Chain | None = None, priced: bool = False, most: int | None = None) -> Candidates:
     """Spine first, then the ``side`` chain (the other chain source) and the root alternatives, then spine branches
     (weights 1/i over spine positions). The side chain takes up to half the root alternatives' budget, or
-    (``priced``: the cost rule picks the nodes after) comes on top of them whole."""
+    (``priced``: the cost rule picks the nodes after) comes on top of them whole, up to ``most`` nodes (no paying
+    draft holds more)."""
     cand = Candidates(tree=DraftTree(root))
     spine = chain if isinstance(chain, Chain) else context_chain(chain, conf)
     spine_nodes = []
@@ -219,7 +221,7 @@ def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf
     opts = dict(k=k, min_score=min_score, max_depth=max_depth, bigram=bigram)
     root_budget = plan.root
     if side is not None and side.tokens and priced:
-        hang_chain(cand, side, len(side.tokens))
+        hang_chain(cand, side, min(len(side.tokens), most or len(side.tokens)))
     elif side is not None and side.tokens and root_budget > 0:
         root_budget -= hang_chain(cand, side, max(1, root_budget // 2))
     if root_budget > 0:
@@ -260,7 +262,7 @@ class GooseSettings(Settings):
     cache: str = cache_field()
 
 
-class Goose(TreeSpeculator):
+class Goose(FollowsText, TreeSpeculator):
     name = "goose"
     order = 50
     summary_line = "GOOSE anisotropic spine tree: context chain as spine + adjacency branches, confidence-adaptive"
@@ -284,7 +286,6 @@ class Goose(TreeSpeculator):
         self.memory = OutputMemory(max_tokens=s.memory) if s.memory else None
         self._answer: int | None = None  # the answer being written, in the memory
         self._own: TextMemory | None = None  # the text so far, indexed as a memory (own=on)
-        self._aligned: AlignedText | None = None  # the answer's place in the text before it (aligned=on)
 
     def table_size(self) -> int:
         return self.settings.k
@@ -294,7 +295,7 @@ class Goose(TreeSpeculator):
         self.ema = 0.5
         self._start_answer()
         self._own = None
-        self._align(context)
+        self.align(context)
 
     def own_text(self, context: list[int]) -> TextMemory | None:
         """The text so far indexed as a memory, brought up to ``context`` (built anew where it is shorter than
@@ -310,17 +311,8 @@ class Goose(TreeSpeculator):
         if not super().resume(context):
             return False
         self._start_answer()
-        self._align(context)
+        self.align(context)
         return True
-
-    @property
-    def aligned(self) -> AlignedText | None:
-        """Where the answer stands in the text before it (aligned=on), fed every emitted token."""
-        return self._aligned
-
-    def _align(self, context: list[int]) -> None:
-        """A new answer: everything before it is the text it may copy (in a chat, the earlier answers too)."""
-        self._aligned = AlignedText(context) if self.settings.aligned else None
 
     def _start_answer(self) -> None:
         """A new prompt (or turn): what follows is a new answer, remembered as it is written."""
@@ -344,25 +336,27 @@ class Goose(TreeSpeculator):
         base = 60 if self.auto else int(s.budget)
         own = self.own_text(context)
         own_found = own.lookup(s.chain) if own is not None else NO_MEMORY
-        aligned = self._aligned.lookup(s.chain_max) if self._aligned is not None else NO_ALIGNMENT
+        aligned = self.aligned.lookup(s.chain_max) if self.aligned is not None else NO_ALIGNMENT
         spine, side, conf = self.pick_spine(m, self.recall(context, s.chain), base, own_found, aligned)
         plan = plan_budget(len(spine.tokens), conf, self.ema, base, s.rho, use_conf, full_spine=self.auto)
         self._spine = Chain(spine.tokens[: plan.spine], spine.keys, spine.priors, SPINE)
         self._side = side
         room = self.paying_room(self.best_first_node(context[-1], spine, side, plan), plan.budget)
         if room:
+            # no paying draft holds more than ``room`` nodes: a longer spine or side chain would only be priced out
+            laid = replace(plan, spine=min(plan.spine, room)) if self._pricing is not None else plan
             cand = build_spine_tree(
-                context[-1], self._before_root, spine, conf, plan, self.table,
+                context[-1], self._before_root, spine, conf, laid, self.table,
                 k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram, side=side,
-                priced=self._pricing is not None,
+                priced=self._pricing is not None, most=room,
             )
         else:  # on this step's cost curve no tree under these first nodes pays: skip growing it
             cand = Candidates(tree=DraftTree(context[-1]))
         cand.info = {"budget": plan.budget, "confidence": round(conf, 3), "ema": round(self.ema, 3),
                      "bypass": int(plan.bypass), "chain": len(spine.tokens),
                      "spine_source": spine.source if spine.tokens else "none"}
-        if self._aligned is not None:
-            cand.info.update(aligned_info(self._aligned))
+        if self.aligned is not None:
+            cand.info.update(aligned_info(self.aligned))
         return cand
 
     def pick_spine(self, m, found: MemoryMatch, base: int, own: MemoryMatch = NO_MEMORY,
@@ -451,8 +445,8 @@ class Goose(TreeSpeculator):
 
     def after_observe(self, draft, result: StepResult) -> None:
         self.remember(result.emitted)
-        if self._aligned is not None:
-            self._aligned.extend(result.emitted)
+        if self.aligned is not None:
+            self.aligned.extend(result.emitted)
         if draft is self._last:
             self.learn_undrafted_side(draft.tree, result.emitted)
             self.score_root_alternatives(result.emitted)

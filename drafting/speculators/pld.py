@@ -20,9 +20,10 @@ from drafting.sources.context import ContextIndex
 from drafting.engine.tree import ALIGNED, CONTEXT, Draft, DraftTree
 from drafting.engine.speculator import Settings, Speculator, StepResult, option
 from drafting.errors import SpecError
-from drafting.sources.aligned import HELD, AlignedText, chain_plan
+from drafting.sources.aligned import HELD, chain_plan
 from drafting.sources.context import catch_up
 from drafting.speculators.candidates import Candidates
+from drafting.speculators.follows_text import FollowsText
 
 CHAIN_PRIOR = 0.6  # acceptance of a chain token given its parent's, before any is measured
 
@@ -49,7 +50,7 @@ class PromptLookupSettings(Settings):
             raise SpecError("pld needs 1 <= min_ngram <= max_ngram.")
 
 
-class PromptLookup(Speculator):
+class PromptLookup(FollowsText, Speculator):
     name = "pld"
     order = 20
     summary_line = "context-match chain (prompt lookup decoding), confidence-gated"
@@ -65,7 +66,6 @@ class PromptLookup(Speculator):
         self.acceptance = AcceptanceStats()
         self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when priced
         self._match = None  # the last step's whole chain and its keys, learned from against what the target emitted
-        self._aligned: AlignedText | None = None  # the answer's place in the text before it (aligned=on)
 
     def bind(self, lm) -> None:
         if self.settings.priced and self.curve is None and lm.verify_cost is not None:
@@ -75,29 +75,20 @@ class PromptLookup(Speculator):
         self.index.reset(context)
         self.ema = 1.0
         self.paused_steps = 0
-        self._align(context)
+        self.align(context)
 
     def resume(self, context: list[int]) -> bool:
         if not catch_up(self.index, context):
             return False
-        self._align(context)
+        self.align(context)
         return True
-
-    @property
-    def aligned(self) -> AlignedText | None:
-        """Where the answer stands in the text before it (aligned=on), fed every emitted token."""
-        return self._aligned
-
-    def _align(self, context: list[int]) -> None:
-        """A new answer: everything before it is the text it may copy."""
-        self._aligned = AlignedText(context) if self.settings.aligned else None
 
     def chain(self) -> tuple[list[int], list, list, str, dict]:
         """(tokens, acceptance keys, priors, source tag, step info) of this step's chain: the aligned text's while
         the answer follows it (aligned=on), else the longest n-gram match's."""
         s = self.settings
-        if self._aligned is not None:
-            found = self._aligned.lookup(s.draft)
+        if self.aligned is not None:
+            found = self.aligned.lookup(s.draft)
             if found.state == HELD:
                 keys, priors = chain_plan(found.kind, len(found.chain))
                 return found.chain, list(keys), list(priors), ALIGNED, {"ngram": 0, "match": len(found.chain)}
@@ -129,8 +120,8 @@ class PromptLookup(Speculator):
 
     def observe(self, draft: Draft, result: StepResult) -> None:
         self.index.extend(result.emitted)
-        if self._aligned is not None:
-            self._aligned.extend(result.emitted)
+        if self.aligned is not None:
+            self.aligned.extend(result.emitted)
         offered = len(draft.tree) - 1
         if self._match is not None:
             self.learn(self._match, result.emitted)

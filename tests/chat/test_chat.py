@@ -110,3 +110,29 @@ def test_plain_chat_answers_piped_prompts(tmp_path):
     assert done.stdout.strip()
     trace = read_trace(tmp_path / "t.jsonl")
     assert len(trace.sections) == 2 and sum(len(r.emitted) for r in trace.sections[0]["records"]) == 8
+
+
+@sync
+async def test_a_pasted_file_is_followed_and_the_tree_says_where(embedded_lm):
+    """An edit asked in the chat: goose's spine is the pasted file at its pointer, coloured as copied, and the step
+    tree says where in the text the answer stands."""
+    import json
+
+    from tui.chat_app import ChatApp
+    from drafting.chat.session import ChatSession
+
+    edit = next(json.loads(line) for line in (ROOT / "examples" / "edits.jsonl").read_text().splitlines()
+                if "consonants_within" in line)
+    session = ChatSession(embedded_lm, "goose", max_new_tokens=48)
+    session.ar_step_s = 0.05
+    app = ChatApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ask(app, pilot, edit["prompt"])
+        await wait_answer(app, pilot)
+        screen = screen_text(app)
+        assert "following the text at token" in screen and "copied from the text being edited" in screen
+        records = session.last_result.records
+        assert sum(1 for r in records if r.info.get("spine_source") == "aligned") > len(records) // 2
+        await pilot.press("ctrl+q")
+    app.wait_idle()
+    session.close()
