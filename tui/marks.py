@@ -6,6 +6,7 @@ Every state has a marker character as well as a colour, so the views read the sa
 from __future__ import annotations
 
 from drafting.engine.trace import StepRecord
+from drafting.engine.tree import ALIGNED as ALIGNED_SOURCE, SPINE_TAGS as TRUNK_SOURCES  # what GOOSE lays as its spine
 
 # Node states in a verified tree.
 ROOT = "root"
@@ -50,8 +51,6 @@ PROVENANCE_LABEL = {
     "bonus": "bonus / plain step",
 }
 
-ALIGNED_SOURCE = "aligned"
-TRUNK_SOURCES = {"spine", ALIGNED_SOURCE}  # what GOOSE lays as its spine
 SPINE_SOURCES = TRUNK_SOURCES | {"context"}
 BRANCH_SOURCES = {"spine-branch", "root-alt", "adjacency", "memory", "own"}
 GUESS_SOURCES = {"pool", "ptd-guess"}

@@ -21,7 +21,7 @@ A lookup costs a few dictionary reads and a bisection, whatever the reference's 
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -38,20 +38,18 @@ RETURN = "return"  # the answer left the reference: the chain is the text where 
 
 def run_bucket(run: int) -> int:
     """The bucket of how many tokens the answer has followed the reference since its last (re-)alignment."""
-    return max(b for b in RUN_BUCKETS if b <= run)
+    return RUN_BUCKETS[bisect_right(RUN_BUCKETS, run) - 1]
 
 
 @dataclass(frozen=True)
 class Alignment:
     """A chain from the reference and what it rests on, for pricing: ``state`` HELD or RETURN, ``key`` the length
-    of the tail that last aligned the answer (0 while it has followed from the start), ``run`` the tokens
-    followed since, ``at`` the chain's first position in the reference."""
+    of the tail that last aligned the answer, ``run`` the tokens followed since."""
 
     chain: list[int]
     state: str
     key: int
     run: int
-    at: int
 
     @property
     def kind(self) -> tuple:
@@ -59,7 +57,7 @@ class Alignment:
         return (self.state, self.key, run_bucket(self.run))
 
 
-NO_ALIGNMENT = Alignment(chain=[], state="", key=0, run=0, at=-1)
+NO_ALIGNMENT = Alignment(chain=[], state="", key=0, run=0)
 
 DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # depths told apart in an aligned chain's acceptance
 # A chain's first token, before any evidence, by the tokens the answer has followed since it was last aligned
@@ -102,9 +100,6 @@ class AlignedText:
         self.run = 0  # tokens followed since
         self.departures = 0  # times the answer left the reference
         self.returns = 0  # times it was re-aligned after leaving
-
-    def __len__(self) -> int:
-        return len(self.reference)
 
     @property
     def aligned(self) -> bool:
@@ -205,11 +200,4 @@ class AlignedText:
         chain = ref[at: at + limit]
         if not chain:
             return NO_ALIGNMENT
-        return Alignment(chain=chain, state=state, key=self.key, run=self.run, at=at)
-
-    def where(self) -> dict:
-        """The alignment in a few numbers, for a step's info: the pointer (or -1), the anchor (or -1), departures
-        and returns so far."""
-        return {"pointer": -1 if self.pointer is None else self.pointer,
-                "anchor": -1 if self.anchor is None else self.anchor,
-                "departures": self.departures, "returns": self.returns}
+        return Alignment(chain=chain, state=state, key=self.key, run=self.run)

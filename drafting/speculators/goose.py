@@ -153,8 +153,8 @@ class Chain:
     """A candidate chain with the acceptance key and prior of each of its nodes (depth 1 first)."""
 
     tokens: list[int]
-    keys: list
-    priors: list[float]
+    keys: list | tuple  # read only: an aligned chain's are the cached tuples of sources.aligned.chain_plan
+    priors: list[float] | tuple
     source: str  # its tag where it is not the spine
 
     def expected(self, acceptance, n: int) -> float:
@@ -178,8 +178,9 @@ def memory_chain(found: MemoryMatch, source: str = MEMORY) -> Chain:
 
 
 def aligned_chain(found: Alignment) -> Chain:
+    """The lookup's own slice and the cached keys and priors as they are: read, never changed, so not copied."""
     keys, priors = chain_plan(found.kind, len(found.chain))
-    return Chain(list(found.chain), list(keys), list(priors), ALIGNED)
+    return Chain(found.chain, keys, priors, ALIGNED)
 
 
 def aligned_confidence(found: Alignment) -> float:
@@ -468,6 +469,6 @@ class Goose(FollowsText, TreeSpeculator):
 def aligned_info(aligned: AlignedText) -> dict:
     """The step's alignment for its record: where the answer stands in the text it copies (-1: off it), where it
     last left it, and how often it left and came back."""
-    where = aligned.where()
-    return {"aligned_at": where["pointer"], "aligned_left": where["anchor"], "departures": where["departures"],
-            "returns": where["returns"]}
+    return {"aligned_at": -1 if aligned.pointer is None else aligned.pointer,
+            "aligned_left": -1 if aligned.anchor is None else aligned.anchor,
+            "departures": aligned.departures, "returns": aligned.returns}

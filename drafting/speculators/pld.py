@@ -83,7 +83,7 @@ class PromptLookup(FollowsText, Speculator):
         self.align(context)
         return True
 
-    def chain(self) -> tuple[list[int], list, list, str, dict]:
+    def chain(self) -> tuple[list[int], tuple | list, tuple | list, str, dict]:
         """(tokens, acceptance keys, priors, source tag, step info) of this step's chain: the aligned text's while
         the answer follows it (aligned=on), else the longest n-gram match's."""
         s = self.settings
@@ -91,7 +91,7 @@ class PromptLookup(FollowsText, Speculator):
             found = self.aligned.lookup(s.draft)
             if found.state == HELD:
                 keys, priors = chain_plan(found.kind, len(found.chain))
-                return found.chain, list(keys), list(priors), ALIGNED, {"ngram": 0, "match": len(found.chain)}
+                return found.chain, keys, priors, ALIGNED, {"ngram": 0, "match": len(found.chain)}
         m = self.index.match(s.draft)
         keys = [depth_key(m.ngram, d) for d in range(1, len(m.chain) + 1)]
         return m.chain, keys, [CHAIN_PRIOR] * len(keys), CONTEXT, {"ngram": m.ngram, "match": len(m.chain)}
