@@ -41,6 +41,7 @@ def doctor(
 
     from drafting.machine.cost_curve import DEFAULT_SIZES
     from drafting.errors import ModelError
+    from drafting.engine.llama.offload import llama_device
     from drafting.models.loader import resolve_device
     from drafting.weights.probe import write_cached
     from drafting.machine.doctor import (
@@ -57,7 +58,7 @@ def doctor(
         fail(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
     other_engine = engine != TRANSFORMERS
     try:
-        dev = resolve_device("cpu" if other_engine and device == "auto" else device)
+        dev = llama_device(device) if other_engine else resolve_device(device)  # llama.cpp: where it offloads to
         mode_list = engine_modes(modes, engine) if other_engine else parse_modes(modes, dev)
     except ModelError as exc:
         fail(str(exc))
@@ -83,7 +84,7 @@ def doctor(
     if busy and not even_if_busy:
         fail(f"The machine is busy ({busy}), so its timings would be far from this machine's speed; run goose "
              f"doctor again when it is idle, or pass --even-if-busy.", code=3)
-    title = f"forward time by mode on {engine if other_engine else dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})"
+    title = f"forward time by mode on {f'{engine} ({dev.type})' if other_engine else dev.type}, {threads} threads ({prefix} tokens cached; ms, median of {repeats})"
     table = Table(title=title + (" — MACHINE BUSY, figures not trustworthy" if busy else ""))
     table.add_column("mode")
     for col in ("tokens/s (1 row)", "prefill tok/s", *(str(n) for n in sizes), f"{sizes[-1]} / 1"):
@@ -111,7 +112,7 @@ def doctor(
                 out.print(f"--weights {p.weights} against the file's own: one-token steps "
                           f"{own.step_s / p.step_s:.2f}x as fast, {sizes[-1]}-row passes "
                           f"{own.seconds[-1] / p.seconds[-1]:.2f}x, prefill {p.prefill_tokens_per_s / own.prefill_tokens_per_s:.2f}x.")
-        _write_json(json_out, {"engine": engine, "threads": threads, "prefix": prefix, "repeats": repeats,
+        _write_json(json_out, {"engine": engine, "device": dev.type, "threads": threads, "prefix": prefix, "repeats": repeats,
                                "sizes": sizes, "busy": busy, "modes": [p.to_dict() for p in profiles]}, err)
         return
     auto_dt, why = auto_choice(device)

@@ -4,9 +4,10 @@ drafting.baselines.llama_cpp_plain) and ``llama.cpp-pld`` (llama-cpp-python's pr
 
 They run the GGUF file itself (the embedded model's, or the --model .gguf given) through ``llama-cpp-python``
 (optional: ``pip install .[llamacpp]``) on the same prompt token ids, with the same token limit and EOS rule,
-greedy, on the threads goose's llama.cpp engine takes by default (one per physical core); when goose runs on
-CUDA, llama.cpp offloads every layer to the GPU (``n_gpu_layers=-1``), so GPU goose is compared with GPU
-llama.cpp. Their kernels and quantised weights are not ours, so their outputs are not compared token by token; the
+greedy, on the threads goose's llama.cpp engine takes by default (one per physical core); when goose's model is
+on a GPU and llama-cpp-python was built with GPU support, llama.cpp offloads every layer to the GPU
+(drafting.engine.llama.offload), so GPU goose is compared with GPU llama.cpp, and each row says where it ran
+(``device``). Their kernels and quantised weights are not ours, so their outputs are not compared token by token; the
 bench reports their tokens/s beside ours. Not registry speculators: the bench knows them by name, like ``hf-pld``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from drafting.engine.llama.offload import gpu_layers_beside, offload_device
 from drafting.engine.llama.settings import default_threads
 from drafting.engine.stop_rules import check_fits
 from drafting.engine.decode import GenerationResult
@@ -69,13 +71,15 @@ class LlamaCppPldRunner:
         self.threads = threads or default_threads()
         self.decode_calls = 0
         path = gguf_path(lm)
+        gpu_layers = gpu_layers_beside(lm.device)
+        self.device = offload_device(gpu_layers).type  # where the row runs
         draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS)
         try:
             self.llm = Llama(
                 model_path=str(path), n_ctx=min(lm.max_context, CONTEXT), n_threads=self.threads,
                 n_threads_batch=self.threads, draft_model=draft, verbose=False,
                 use_mmap=False,  # as goose's own engine reads it (drafting.engine.llama.net): same memory, same speed
-                n_gpu_layers=-1 if lm.device.type == "cuda" else 0,  # all layers on the GPU when goose uses one
+                n_gpu_layers=gpu_layers,  # all layers on the GPU when goose uses one and the build can
                 # with a draft model it reads logits of every position, but sizes its buffer by logits_all
                 logits_all=True,
             )

@@ -17,6 +17,7 @@ from drafting.baselines.llama_cpp import CONTEXT, PLAIN, LlamaCppError, gguf_pat
 from drafting.engine.decode import GenerationResult
 from drafting.engine.forward import LLAMA_CPP
 from drafting.engine.llama.net import llama_lib, read_not_mapped
+from drafting.engine.llama.offload import gpu_layers_beside, offload_device
 from drafting.engine.llama.settings import default_threads
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.stop_rules import check_fits
@@ -46,10 +47,12 @@ class LlamaCppPlainRunner:
         net = lm.model if lm.engine == LLAMA_CPP else None
         if net is not None and net.path == path:
             self.owner, model, own_model = net, net.model, None  # kept alive while the row runs on its weights
+            self.device = lm.device.type  # where those weights are
         else:
             mp = lib.llama_model_default_params()
             read_not_mapped(lib, mp)
-            mp.n_gpu_layers = -1 if lm.device.type == "cuda" else 0  # all layers on the GPU when goose uses one
+            mp.n_gpu_layers = gpu_layers_beside(lm.device)  # every layer on the GPU when goose uses one and it can
+            self.device = offload_device(mp.n_gpu_layers).type
             model = own_model = lib.llama_model_load_from_file(str(path).encode(), mp)
             if not model:
                 raise LlamaCppError(f"llama.cpp could not load {str(path)!r}.")

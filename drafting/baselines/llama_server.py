@@ -22,9 +22,11 @@ from pathlib import Path
 
 from drafting.baselines.llama_cpp import LlamaCppError, gguf_path
 from drafting.engine.decode import GenerationResult
+from drafting.engine.llama.offload import gpu_layers_beside, offload_device, server_gpu_layers
 from drafting.engine.llama.settings import default_threads
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.stop_rules import check_fits
+from drafting.errors import ModelError
 
 NGRAM_MOD = "llama.cpp-ngram"
 NGRAM_SIMPLE = "llama.cpp-ngram-simple"
@@ -65,6 +67,13 @@ class LlamaServerRunner:
         self.threads = threads or default_threads()
         self.context = min(lm.max_context, CONTEXT)
         self.eos = set(lm.eos_ids)
+        # where goose's model is, as the other llama.cpp rows: the server is built with GPU support where this
+        # llama-cpp-python is (`make llama-server` and `make llamacpp-setup` decide alike)
+        try:
+            self.gpu_layers = gpu_layers_beside(lm.device)
+        except ModelError as exc:  # the build is read through llama-cpp-python, which is not installed
+            raise LlamaCppError(str(exc)) from None
+        self.device = offload_device(self.gpu_layers).type
         self.counts = {"decode_calls": 0, "drafted": 0, "accepted": 0}
         self._proc: subprocess.Popen | None = None
         self._url = ""
@@ -75,13 +84,16 @@ class LlamaServerRunner:
     def stats(self) -> dict:
         return dict(self.counts)
 
+    def command(self, port: int) -> list[str]:
+        """The server's command line, serving on ``port``."""
+        return [str(self.binary), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(port),
+                "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.context), "-np", "1",
+                "-ngl", server_gpu_layers(self.gpu_layers), "--spec-type", SPEC_TYPES[self.name], "--no-webui"]
+
     def _start(self) -> None:
         port = _free_port()
         self._url = f"http://127.0.0.1:{port}"
-        cmd = [str(self.binary), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(port),
-               "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.context), "-np", "1",
-               "-ngl", "0", "--spec-type", SPEC_TYPES[self.name], "--no-webui"]
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen(self.command(port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

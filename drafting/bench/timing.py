@@ -22,7 +22,9 @@ class ForwardTimer:
 
     def __init__(self, model, device: torch.device):
         self.durations: list[float] = []
-        self._devices = model_devices(model) if device.type == "cuda" else []
+        # another engine's network on a GPU (llama.cpp's) times its own passes: no torch events for it
+        on_cuda = device.type == "cuda" and isinstance(model, torch.nn.Module)
+        self._devices = model_devices(model) if on_cuda else []
         self._events = len(self._devices) == 1
         self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._spare: list[torch.cuda.Event] = []  # events are reused: creating one costs more than recording it

@@ -12,27 +12,13 @@ import torch
 from drafting.engine.forward import LLAMA_CPP
 from drafting.engine.llama import llama_forward
 from drafting.engine.llama.net import LlamaNet, llama_lib
+from drafting.engine.llama.offload import gpu_layers_for, offload_device
 from drafting.engine.llama.reencode import FORMATS, Q8_0, as_q8_0, file_type
 from drafting.engine.llama.settings import LlamaSettings
 from drafting.engine.loaded_model import LoadedModel
 from drafting.errors import ModelError, first_line
 from drafting.machine.verify_cost import with_verify_cost
 from drafting.models.gguf_tokenizer import gguf_tokenizer
-
-
-def gpu_layers_for(device: str) -> int:
-    """Layers to offload: all of them where a GPU build is asked for or found (``auto``), none on ``cpu``."""
-    offload = bool(llama_lib().llama_supports_gpu_offload())
-    if device == "cpu":
-        return 0
-    if device == "auto":
-        return -1 if offload else 0
-    if device.split(":")[0] == "cuda":
-        if not offload:
-            raise ModelError(f"--device {device} asks for a GPU, but this llama-cpp-python was built without one; "
-                             "use --device cpu or a CUDA build of llama-cpp-python.")
-        return -1
-    raise ModelError(f"Unknown device {device!r}; use auto, cpu or cuda.")
 
 
 def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "auto", weights: str = "auto",
@@ -67,12 +53,13 @@ def load_llama(name: str, gguf: Path | str, device: str = "auto", dtype: str = "
         eos.add(int(tokenizer.eos_token_id))
     lib = llama_lib()
     build = lib.llama_print_system_info().decode("utf-8", "replace").strip()
-    where = f"{base.gpu_layers} GPU layers" if base.gpu_layers else "cpu"
+    runs_on = offload_device(base.gpu_layers)
+    where = f"{base.gpu_layers} GPU layers" if runs_on.type != "cpu" else "cpu"
     return with_verify_cost(LoadedModel(
         model=net,
         tokenizer=tokenizer,
         name=name,
-        device=torch.device("cpu"),  # where its logits land
+        device=runs_on,  # where its layers run (its logits land on the host either way)
         dtype=torch.float32,
         eos_ids=eos,
         max_context=net.n_ctx,
