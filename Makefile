@@ -33,11 +33,15 @@ test-heavy: $(STAMP)
 
 # The llama.cpp engine (--engine llama.cpp): llama-cpp-python built from source for this machine's CPU (about
 # 6-12 minutes on 2 cores). Native instructions, so it runs where it was built (AVX2, AVX-512 or Apple Silicon);
-# on x86 the AMX kernels are left out, since they crashed on an AMX machine (docs/llama-cpp.md).
+# on x86 the AMX kernels are left out, since they crashed on an AMX machine (docs/llama-cpp.md). Where nvcc and a
+# GPU (`nvidia-smi -L` lists one) are both present it is built with CUDA as well, for the GPU it finds.
 LLAMA_CPP_PYTHON ?= llama-cpp-python==0.3.36
 NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16,)
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -m1 '^GPU')
+LLAMA_CUDA ?= $(if $(and $(NVCC),$(CUDA_GPU)),-DGGML_CUDA=on -DCMAKE_CUDA_COMPILER=$(NVCC),)
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-	-DLLAMA_BUILD_SERVER=OFF -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
+	-DLLAMA_BUILD_SERVER=OFF -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)" $(LLAMA_CUDA)
 LLAMA_STAMP := $(VENV)/.llamacpp
 
 $(LLAMA_STAMP): $(STAMP)
@@ -52,7 +56,7 @@ test-llamacpp: $(LLAMA_STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests/engine/llama tests/test_layers.py
 
 # llama.cpp's own server, built from the same llama-cpp-python source, for the opt-in `llama.cpp-ngram` bench row
-# (its --spec-type ngram-mod speculation): into .llama-server/bin.
+# (its --spec-type ngram-mod speculation): into .llama-server/bin; with CUDA where llama-cpp-python gets it.
 LLAMA_SERVER := .llama-server/bin/llama-server
 $(LLAMA_SERVER):
 	rm -rf .llama-server/src && mkdir -p .llama-server/src
@@ -61,8 +65,8 @@ $(LLAMA_SERVER):
 	cmake -S .llama-server/src/*/vendor/llama.cpp -B .llama-server/build -DCMAKE_BUILD_TYPE=Release \
 	  -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
 	  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF \
-	  -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
-	cmake --build .llama-server/build --target llama-server -j 2
+	  -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)" $(LLAMA_CUDA)
+	cmake --build .llama-server/build --target llama-server -j $(if $(LLAMA_CUDA),$(shell nproc),2)
 	mkdir -p .llama-server/bin && cp .llama-server/build/bin/llama-server $(LLAMA_SERVER)
 
 llama-server: $(STAMP) $(LLAMA_SERVER)
