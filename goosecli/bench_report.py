@@ -83,7 +83,7 @@ class Report:
         title = f"{doc['model']} · {doc['device']} {doc['dtype']}{weights} · {doc['max_new_tokens']} new tokens"
         if not doc.get("complete", True):
             title += " · PARTIAL (interrupted)"
-        self.out.print(self._main_table(summary, title))
+        self.out.print(self._main_table(summary, title, doc.get("device", "")))
         tasks = sorted({t for s in summary.values() for t in s["by_task"]})
         if len(tasks) > 1:
             self.out.print(self._task_table(summary, tasks))
@@ -113,14 +113,14 @@ class Report:
                 same = f"[red]{same}, {ties}/{s['prompts']} up to ties[/red]"
         return [f"{s['tokens_per_s']:.1f}", speedup, f"{s['mean_accepted']:.2f}", same, str(s["prompts"])]
 
-    def _main_table(self, summary: dict, title: str) -> Table:
+    def _main_table(self, summary: dict, title: str, device: str) -> Table:
         t = Table(title=title)
         plain = next(iter(summary.values())).get("plain_reference", "ar")
-        for col in ("speculator", "tokens/s", f"speedup vs ar / vs fastest plain ({plain})", "mean accepted", "identical to ar", "prompts"):
-            t.add_column(col, justify="left" if col == "speculator" else "right")
+        for col in ("speculator", "device", "tokens/s", f"speedup vs ar / vs fastest plain ({plain})", "mean accepted", "identical to ar", "prompts"):
+            t.add_column(col, justify="left" if col in ("speculator", "device") else "right")
         t.caption = "fastest plain: the fastest of ar, hf-ar (transformers' own generate()) and llama.cpp (its own loop) in this run"
         for spec, s in summary.items():
-            t.add_row(spec, *self._cells(s))
+            t.add_row(spec, s.get("device") or device, *self._cells(s))  # where each row ran
         return t
 
     def _task_table(self, summary: dict, tasks: list[str]) -> Table:

@@ -15,6 +15,8 @@ class Baseline(Protocol):
     external: bool  # another engine: timed beside goose's rows, never compared token by token
     same_network: bool  # runs the very weights goose verifies with (else its tokens are not compared)
     model: torch.nn.Module | None  # the torch module whose forwards the bench times (None: not torch)
+    # a baseline that may run elsewhere than goose's model (llama.cpp's rows) also says where: ``device``, a torch
+    # device type (cpu, cuda); without it, it runs where goose's model is
 
     def spec(self) -> str:
         """The name the bench lists it under."""

@@ -73,6 +73,12 @@ class Contender:
         return self.baseline is not None and self.baseline.external
 
     @property
+    def device(self) -> str | None:
+        """Where a baseline runs when it says so (a llama.cpp row on the CPU beside goose's model on a GPU, where
+        llama.cpp was built without GPU support); None: where goose's model is."""
+        return getattr(self.baseline, "device", None) if self.baseline is not None else None
+
+    @property
     def spec(self) -> str:
         return self.decoder.speculator.spec() if self.decoder else self.baseline.spec()
 

@@ -80,6 +80,7 @@ def run_one(lm: LoadedModel, contender: Contender, prompt: Prompt, settings: Ben
         "prompt_id": prompt.id,
         "task": prompt.task,
         "speculator": contender.spec,
+        "device": contender.device or lm.device.type,  # where this row ran
         "new_tokens": len(output),
         "wall_s": wall,
         "steps": steps,

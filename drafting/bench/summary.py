@@ -119,6 +119,7 @@ def summarize(runs: list[dict], greedy: bool = True) -> dict:
     for spec, rs in by_spec.items():
         entry = _totals(rs, ar_by_prompt, greedy, plain_by_prompt)
         entry["plain_reference"] = plain
+        entry["device"] = rs[-1].get("device")  # where the row ran (None in files written before rows said)
         tasks: dict[str, list[dict]] = {}
         for r in rs:
             tasks.setdefault(r["task"], []).append(r)

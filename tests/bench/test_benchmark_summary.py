@@ -70,6 +70,24 @@ def test_summary_speedup_is_ratio_of_total_throughputs():
     assert summarize(runs, greedy=False)["pld"]["identical"] is None
 
 
+def test_each_row_says_where_it_ran():
+    """A llama.cpp row built without GPU support runs on the CPU beside goose on a GPU: the table says so."""
+    from rich.console import Console
+
+    from goosecli.bench_report import Report
+
+    runs = [run("a", "code", "ar", 10, 1.0, 10, device="cuda"),
+            run("a", "code", "llama.cpp", 10, 2.0, 10, same=None, device="cpu", external=True),
+            run("a", "code", "pld", 10, 0.5, 4)]  # a file written before rows said where: the model's device
+    s = summarize(runs)
+    assert [s[k]["device"] for k in ("ar", "llama.cpp", "pld")] == ["cuda", "cpu", None]
+    console = Console(record=True, width=200)
+    console.print(Report("m", list(s), greedy=True)._main_table(s, "t", "cuda"))
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in console.export_text().splitlines()
+            if line.count("│") > 3 and "speculator" not in line}
+    assert rows == {"ar": "cuda", "llama.cpp": "cpu", "pld": "cuda"}
+
+
 def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
