@@ -9,13 +9,11 @@ import torch
 
 from drafting.engine.hf.kv_cache import BufferedLayer, new_cache
 from drafting.engine.phase_clock import PhaseClock
-from drafting.engine.hf.pinned import Staging
+from drafting.engine.hf.pinned import Staging, thread_staging
 from drafting.errors import UnsupportedModelError
 from drafting.engine.hf.model_support import attention_layout
 from drafting.engine.tree import Draft
 from drafting.engine.hf.step_inputs import step_inputs
-
-_staging = Staging()  # compaction indices on a GPU come through one reused pinned buffer
 
 
 class HFForward:
@@ -87,11 +85,12 @@ class HFForward:
 
 
 @torch.inference_mode()  # the cache tensors were made in inference mode; updating them in place needs it too
-def keep_accepted(cache, prefix_len: int, path: list[int]) -> None:
+def keep_accepted(cache, prefix_len: int, path: list[int], staging: Staging | None = None) -> None:
     """Keep prefix + the accepted tree nodes (root first) in the cache; drop every other step row.
 
     Rows already in place (the accepted path's contiguous start) stay; the rest is moved with one gather per
-    layer, from one index tensor made once per device."""
+    layer, from one index tensor copied once per device through ``staging`` (default: this thread's pinned
+    buffers)."""
     n_keep = len(path)
     first = next((j for j, node in enumerate(path) if node != j), n_keep)
     if first < n_keep:
@@ -102,7 +101,7 @@ def keep_accepted(cache, prefix_len: int, path: list[int]) -> None:
             dev = layer.keys.device
             src = index.get(dev)
             if src is None:
-                src = index[dev] = _staging.to_device(moved, dev) + prefix_len
+                src = index[dev] = (staging or thread_staging()).to_device(moved, dev) + prefix_len
             if isinstance(layer, BufferedLayer):
                 layer.keep(start, src)
             else:

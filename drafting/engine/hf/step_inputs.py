@@ -6,21 +6,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drafting.engine.hf.pinned import Staging
+from drafting.engine.hf.pinned import Staging, thread_staging
 from drafting.engine.tree import Draft
 
-_staging = Staging()  # step inputs on a GPU come through one reused pinned buffer
 
-
-def step_inputs(draft: Draft, prefix_len: int, dtype: torch.dtype, device, layout=None):
+def step_inputs(draft: Draft, prefix_len: int, dtype: torch.dtype, device, layout=None,
+                staging: Staging | None = None):
     """Token ids (1, n), position ids (1, n) and the additive 4-D mask (1, 1, n, prefix_len + n).
 
     ``layout`` (drafting.engine.hf.model_support.AttentionLayout) names the windowed layer types: each then gets its own mask,
     handed over as a dict keyed by layer type when the model mixes types. The mask is None when a plain causal
     mask is right (a single chain with no rows): the model then builds its own, windows included, and attention
-    can take its fast path. Only the n x n block of step rows comes from the host; the rest is made on
-    ``device``.
+    can take its fast path. Only the n x n block of step rows comes from the host, in one copy through
+    ``staging`` (default: this thread's pinned buffers); the rest is made on ``device``.
     """
+    staging = staging or thread_staging()
     tree, rows = draft.tree, draft.rows
     t = len(tree)
     tokens = list(tree.tokens)
@@ -30,11 +30,11 @@ def step_inputs(draft: Draft, prefix_len: int, dtype: torch.dtype, device, layou
         tokens += rows.tokens
         positions += [prefix_len + o for o in rows.offsets]
     n = len(tokens)
-    on_host = getattr(device, "type", device) == "cpu"  # a torch.device or a plain name
+    on_host = staging.direct(device)  # the CPU: no copy to make
     if is_chain and not rows:
         if on_host:
             return torch.tensor([tokens], dtype=torch.long), torch.tensor([positions], dtype=torch.long), None
-        packed = _staging.to_device(tokens + positions, device)
+        packed = staging.to_device(tokens + positions, device)
         return packed[:n][None], packed[n:][None], None
     vis = np.zeros((n, n), dtype=bool)
     vis[:t, :t] = tree.visibility()
@@ -47,8 +47,8 @@ def step_inputs(draft: Draft, prefix_len: int, dtype: torch.dtype, device, layou
         pos = torch.tensor([positions], dtype=torch.long)
         hidden = torch.from_numpy(~vis)
     else:
-        packed = _staging.to_device(np.concatenate([np.array([tokens, positions]).reshape(-1), vis.reshape(-1)]),
-                                    device)
+        packed = staging.to_device(np.concatenate([np.array([tokens, positions]).reshape(-1), vis.reshape(-1)]),
+                                   device)
         ids, pos = packed[:n][None], packed[n : 2 * n][None]
         hidden = packed[2 * n :].view(n, n) == 0
     return ids, pos, tree_mask(hidden, pos[0], prefix_len, dtype, layout)
