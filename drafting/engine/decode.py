@@ -21,6 +21,10 @@ from drafting.engine.speculator import Speculator, StepResult
 from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.trace import StepRecord
 from drafting.engine.tree import Draft
+from drafting.errors import OutOfMemory, gpu_out_of_memory
+
+# what to do when a step does not fit the GPU's memory (drafting.errors.gpu_out_of_memory)
+STEP_ROOM = "use a shorter prompt, fewer new tokens or smaller drafts, or free some of the GPU's memory"
 
 
 @dataclass
@@ -71,7 +75,15 @@ class Decoder:
         self.hooks = list(hooks)
         self.max_context = self.forward.context  # a static cache may be shorter than the model's window
         self.clock = self.forward.clock
-        speculator.bind(lm)
+        out_of_memory = None
+        try:
+            speculator.bind(lm)  # may measure what verification costs: passes of up to a hundred rows and more
+        except Exception as exc:
+            out_of_memory = gpu_out_of_memory(exc, "measuring what verification costs", STEP_ROOM)
+            if out_of_memory is None:
+                raise
+        if out_of_memory is not None:  # raised outside the handler, as in DecodeRun.__next__
+            raise OutOfMemory(out_of_memory)
 
     def check_fits(self, prompt_ids: list[int]) -> None:
         if self.static_shapes and self.max_context < self.lm.max_context:
@@ -112,14 +124,22 @@ class DecodeRun:
         return self
 
     def __next__(self) -> StepRecord:
-        return next(self._steps)
+        try:
+            return next(self._steps)
+        except StopIteration:
+            raise
+        except Exception as exc:  # the GPU out of memory is one sentence, not torch's page of figures
+            sentence = gpu_out_of_memory(exc, "in a decoding step", STEP_ROOM)
+            if sentence is None:
+                raise
+        raise OutOfMemory(sentence)  # raised outside the handler: torch's error and the step's tensors go with it
 
     def close(self) -> None:
         self._steps.close()
 
     def finish(self) -> GenerationResult:
         """Run to the end; the whole result."""
-        for _ in self._steps:
+        for _ in self:
             pass
         return self.result
 
