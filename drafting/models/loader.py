@@ -16,9 +16,9 @@ from drafting.engine.forward import ENGINES, LLAMA_CPP, TRANSFORMERS
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.hf import transformers_forward
 from drafting.engine.llama.reencode import FORMATS as LLAMA_FORMATS
-from drafting.errors import ModelError, WeightsError, first_line
+from drafting.errors import ModelError, WeightsError, first_line, gpu_out_of_memory
 from drafting.machine.verify_cost import with_verify_cost
-from drafting.models.footprint import check_room, folder_weights
+from drafting.models.footprint import check_room_on, folder_weights
 from drafting.models.gguf_convert import ensure_converted, gguf_tensors, is_converted
 from drafting.models.llama_loader import load_llama
 from drafting.models.model_facts import eos_ids_of, max_context_of, sliding_window_of
@@ -76,19 +76,41 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool,
-                 converted: bool = False):
+# what to do when loading does not fit the GPU's memory (drafting.errors.gpu_out_of_memory)
+LOAD_ROOM = ("free some of the GPU's memory, use a smaller --dtype or model, or spread it over several GPUs with "
+             "--device-map auto")
+
+
+def straight_onto(device: torch.device, device_map: str | None) -> torch.device | None:
+    """The one GPU a model is loaded straight onto (tensor by tensor, never whole on the host), or None: the CPU
+    (loaded there as before) or a device map (accelerate places it)."""
+    return device if device.type != "cpu" and not device_map else None
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device_map: str | dict | None, trust_remote_code: bool,
+                 converted: bool = False, onto: torch.device | None = None):
     """The folder's model and tokenizer; a folder goose ``converted`` from a GGUF file (no device map) is read
-    tensor by tensor (drafting.models.streamed_load)."""
+    tensor by tensor (drafting.models.streamed_load), onto the GPU ``onto`` when given."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     if converted and not device_map:
-        return load_streamed(folder, dtype), tokenizer
+        return load_streamed(folder, dtype, onto), tokenizer
+    return _from_pretrained(str(folder), dtype, device_map, trust_remote_code, onto), tokenizer
+
+
+def _from_pretrained(source: str, dtype: torch.dtype, device_map: str | dict | None, trust_remote_code: bool,
+                     onto: torch.device | None):
+    """transformers' own load, onto the one GPU ``onto`` (a single-device map: each tensor goes there as it is
+    read) or by ``device_map``; on the CPU without either, as it always was."""
+    from transformers import AutoModelForCausalLM
+
     kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
-    if device_map:
+    if onto is not None:
+        kwargs["device_map"] = {"": str(onto)}
+    elif device_map:
         kwargs["device_map"] = device_map
-    return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs), tokenizer
+    return AutoModelForCausalLM.from_pretrained(source, **kwargs)
 
 
 def model_source(model: str | None) -> tuple[str, Path | str]:
@@ -149,28 +171,32 @@ def load_model(
         raise ModelError(str(exc)) from None
     name, source = model_source(model)
     gguf = source if isinstance(source, Path) and source.suffix == ".gguf" else None
+    onto = straight_onto(dev, device_map)
+    out_of_memory = None
     try:
         if gguf is not None:
             if not is_converted(gguf):  # refused before converting a model that could not be loaded
-                check_room(name, gguf_tensors(gguf)[1], dt)
+                check_room_on(name, gguf_tensors(gguf)[1], dt, onto)
             source = ensure_converted(gguf)
         if isinstance(source, Path):
-            check_room(name, folder_weights(source), dt)
-            net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code, converted=gguf is not None)
+            check_room_on(name, folder_weights(source), dt, onto)
+            net, tokenizer = _load_folder(source, dt, device_map, trust_remote_code, converted=gguf is not None,
+                                          onto=onto)
         else:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-            kwargs = {"dtype": dt, "trust_remote_code": trust_remote_code}
-            if device_map:
-                kwargs["device_map"] = device_map
-            net = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            net = _from_pretrained(source, dt, device_map, trust_remote_code, onto)
+        if not device_map:
+            net = net.to(dev)  # the CPU path as it was; a model loaded onto its GPU is there already
     except ModelError:
         raise
     except Exception as exc:  # transformers raises many kinds; the user needs one sentence
-        raise ModelError(f"Could not load model {name!r}: {first_line(exc)}") from exc
-    if not device_map:
-        net = net.to(dev)
+        out_of_memory = gpu_out_of_memory(exc, f"loading {name}", LOAD_ROOM)
+        if out_of_memory is None:
+            raise ModelError(f"Could not load model {name!r}: {first_line(exc)}") from exc
+    if out_of_memory is not None:  # raised outside the handler: torch's error and what was loaded go with it
+        raise ModelError(out_of_memory)
     net.eval()
     if weights != AUTO:
         net = apply_format(net, weights)

@@ -9,6 +9,7 @@ their names are the model's own state-dict names, with no key renames or fused e
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -16,14 +17,16 @@ import torch
 from drafting.models.safetensors_stream import read_tensors, tensor_files
 
 
-def load_streamed(folder: Path, dtype: torch.dtype) -> torch.nn.Module:
+def load_streamed(folder: Path, dtype: torch.dtype, device: torch.device | None = None) -> torch.nn.Module:
     """transformers' model of ``folder``'s config in ``dtype`` with every stored tensor copied in; ValueError
-    (one sentence) when a stored tensor does not fit the model or the files leave one of its tensors unset."""
+    (one sentence) when a stored tensor does not fit the model or the files leave one of its tensors unset.
+    ``device``: where the model is built and each tensor copied to (a GPU: the weights never sit whole on the
+    host); None: the CPU."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
     config = AutoConfig.from_pretrained(str(folder))
-    with no_init_weights():
+    with no_init_weights(), (torch.device(device) if device is not None else nullcontext()):
         net = AutoModelForCausalLM.from_config(config, dtype=dtype)
     net.tie_weights()  # from_pretrained ties after loading; here the tied tensors must be one before
     targets = net.state_dict()  # tied tensors appear under each of their names, one storage
