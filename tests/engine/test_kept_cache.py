@@ -86,8 +86,10 @@ def test_fallbacks_new_conversation_edited_history_and_speculator_switch(embedde
 
 
 def test_a_stopped_answer_leaves_a_consistent_cache(embedded_lm):
-    kept = ChatSession(embedded_lm, "goose", max_new_tokens=TOKENS)
-    full = ChatSession(embedded_lm, "goose", max_new_tokens=TOKENS, keep_cache=False)
+    # a fixed budget: with the default one, how much two steps emit follows the machine's measured costs, which
+    # may change between the two sessions on a busy machine
+    kept = ChatSession(embedded_lm, "goose:budget=60", max_new_tokens=TOKENS)
+    full = ChatSession(embedded_lm, "goose:budget=60", max_new_tokens=TOKENS, keep_cache=False)
     for s in (kept, full):
         _answer(s, TURNS[0])
         _answer(s, TURNS[1], stop_after=2)  # stopped after two steps, mid-answer
