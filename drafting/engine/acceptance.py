@@ -23,12 +23,13 @@ from typing import Callable
 
 import torch
 
-from drafting.engine.fast_topk import row_argmax
 from drafting.engine.sampling import sample, warp
 from drafting.engine.sampling_params import SamplingParams
+from drafting.engine.step_reads import StepReads
 from drafting.engine.tree import DraftTree
 
-Acceptor = Callable[[DraftTree, torch.Tensor], tuple[list[int], int]]
+# (tree, its step's logits, the step's host reads of them) -> (accepted nodes, bonus token)
+Acceptor = Callable[[DraftTree, torch.Tensor, StepReads], tuple[list[int], int]]
 
 
 def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
@@ -43,9 +44,10 @@ def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
         node = nxt
 
 
-def greedy_acceptor(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
-    """Greedy acceptance over the tree's rows of ``logits`` (draft rows after the tree are ignored)."""
-    return greedy_accept(tree, row_argmax(logits[: len(tree)]).tolist())
+def greedy_acceptor(tree: DraftTree, logits: torch.Tensor, reads: StepReads | None = None) -> tuple[list[int], int]:
+    """Greedy acceptance over the tree's rows of ``logits`` (draft rows after the tree are ignored), their argmax
+    read through the step's ``reads`` (its one copy off the device)."""
+    return greedy_accept(tree, (reads or StepReads(logits[: len(tree)])).argmax())
 
 
 def sibling_choice(
@@ -89,7 +91,7 @@ class TreeSampler:
             self._gen = gen
         return self._gen
 
-    def __call__(self, tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
+    def __call__(self, tree: DraftTree, logits: torch.Tensor, reads: StepReads | None = None) -> tuple[list[int], int]:
         # The walk's vocabulary-sized element-wise ops are tiny on one thread, but each one split across
         # threads waits for every core, which on a busy machine costs far more than the op (docs/measurements.md).
         threads = torch.get_num_threads()

@@ -18,6 +18,7 @@ from drafting.engine.acceptance import Acceptor, greedy_acceptor
 from drafting.engine.hooks import DecodeHook, StepDone
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.speculator import Speculator, StepResult
+from drafting.engine.step_reads import StepReads
 from drafting.engine.stop_rules import check_fits, cut_at_eos
 from drafting.engine.trace import StepRecord
 from drafting.engine.tree import Draft
@@ -181,7 +182,9 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
         t1 = clock.mark()
         draft = _fit(draft, room)
         logits = dec.forward.step(draft, cache)
-        path, bonus = acceptor(draft.tree, logits)
+        # what acceptance and the speculator read of the logits, copied off the device together on first use
+        reads = StepReads(logits, argmax=spec.reads_argmax, top_k=spec.reads_top_k(draft), top_rows=len(draft.tree))
+        path, bonus = acceptor(draft.tree, logits, reads)
         dec.forward.keep(cache, prefix_len, path)
         tree = draft.tree
         emitted, ended = cut_at_eos([tree.tokens[i] for i in path[1:]] + [bonus], lm.eos_ids)
@@ -196,7 +199,8 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
             stop = "context"
         t2 = clock.mark()
         context.extend(emitted)
-        spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len))
+        spec.observe(draft, StepResult(logits=logits, accepted=path, emitted=emitted, prefix_len=prefix_len,
+                                       reads=reads))
         t3 = clock.mark()
         clock.settle()  # end of step: read the marks once, so no queued work leaks into the next step
         record = StepRecord(

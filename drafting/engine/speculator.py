@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import torch
 
+from drafting.engine.step_reads import StepReads
 from drafting.engine.tree import Draft
 
 _WANT = {bool: "on or off", int: "a non-negative integer", float: "a non-negative number", tuple: "numbers joined by /"}
@@ -93,6 +94,12 @@ class StepResult:
     accepted: list[int]  # accepted tree node indices, root first
     emitted: list[int]  # tokens appended to the context this step
     prefix_len: int  # cached tokens before this step (the root's position)
+    # what the host reads of ``logits``, in the step's one copy off the device (made here when not given)
+    reads: StepReads | None = None
+
+    def __post_init__(self):
+        if self.reads is None:
+            self.reads = StepReads(self.logits)
 
 
 class Speculator:
@@ -109,6 +116,7 @@ class Speculator:
     summary_line: ClassVar[str] = ""
     order: ClassVar[int] = 1000  # place in the registry and in listings (goose's own: 10 to 70)
     draws_rows: ClassVar[bool] = False  # drafts in-model rows (a draft forest beside the tree: PTD's view in viz)
+    reads_argmax: ClassVar[bool] = False  # observe reads every row's argmax (``result.reads.argmax()``)
     settings_class: ClassVar[type[Settings]] = Settings
     options: ClassVar[dict[str, Option]] = {}  # the settings' options by key, read from settings_class
 
@@ -144,8 +152,15 @@ class Speculator:
     def propose(self, context: list[int]) -> Draft:
         raise NotImplementedError
 
+    def reads_top_k(self, draft: Draft) -> int:
+        """How many of each tree row's most likely tokens ``observe`` reads for ``draft``
+        (``result.reads.top(k, len(draft.tree))``), said before the step so that they come off the device with
+        everything else the step reads. Default: none."""
+        return 0
+
     def observe(self, draft: Draft, result: StepResult) -> None:
-        """The verified outcome of ``draft``; ``result.emitted`` has been appended to the context."""
+        """The verified outcome of ``draft``; ``result.emitted`` has been appended to the context. Read the
+        logits on the host through ``result.reads`` (one copy off the device per step), not ``result.logits``."""
 
     def stats(self) -> dict:
         """Counters for bench summaries (offered/accepted per source, routes, budgets, ...)."""

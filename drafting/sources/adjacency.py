@@ -3,22 +3,22 @@ predicted after it, with their probabilities (normalised over the top-k); plus a
 first because it carries one more token of context.
 
 It is filled from logits the verifier computed anyway: the prefill and every forward pass, at every row,
-rejected tree nodes included. A harvest is one top-k on the device, one host transfer and
-vectorised array writes; the table lives in numpy arrays (V x k) so that lookups on the drafting hot path are
-plain indexing. It persists across prompts (hot start) and can be saved to / loaded from a file.
+rejected tree nodes included. A harvest is one top-k on the device, one host transfer (in a decoding step,
+the step's one copy of what it reads off the device: drafting.engine.step_reads) and vectorised array writes;
+the table lives in numpy arrays (V x k) so that lookups on the drafting hot path are plain indexing. It
+persists across prompts (hot start) and can be saved to / loaded from a file.
 """
 
 from __future__ import annotations
 
 import zipfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from drafting.disk_cache import replaced_when_done
-from drafting.engine.fast_topk import row_topk
+from drafting.engine.step_reads import StepReads
 
 FORMAT = 1
 
@@ -81,22 +81,17 @@ class AdjacencyTable:
         return slots
 
     # -- harvest -----------------------------------------------------------------------------------------
-    def harvest(self, tokens, prev_tokens, logits: torch.Tensor) -> None:
-        """Row i of ``logits`` predicts the token after ``tokens[i]``, whose predecessor is ``prev_tokens[i]``
-        (-1 when unknown: only the unigram row is written)."""
+    def harvest(self, tokens, prev_tokens, rows: torch.Tensor | StepReads) -> None:
+        """Row i of ``rows`` (logits, or a step's reads of them) predicts the token after ``tokens[i]``, whose
+        predecessor is ``prev_tokens[i]`` (-1 when unknown: only the unigram row is written)."""
         n = len(tokens)
         if n == 0:
             return
-        logits = logits[:n]
-        self._ensure_vocab(int(logits.shape[-1]))
-        with torch.no_grad(), _one_cpu_thread(logits):
-            top, idx = row_topk(logits, self.k)
-            # scores are the softmax over the top-k only: a full log-sum-exp would double the cost of a
-            # harvest (another pass over rows x vocab) for a small correction on flat distributions
-            probs = torch.softmax(top.float(), dim=-1)
-            both = torch.cat([idx.to(torch.float64), probs.to(torch.float64)], dim=-1).cpu().numpy()
-        succ = both[:, : self.k].astype(np.int32)
-        score = both[:, self.k :].astype(np.float32)
+        reads = rows if isinstance(rows, StepReads) else StepReads(rows)
+        self._ensure_vocab(int(reads.logits.shape[-1]))
+        # scores are the softmax over the top-k only (StepReads.top): a full log-sum-exp would double the cost
+        # of a harvest (another pass over rows x vocab) for a small correction on flat distributions
+        succ, score = reads.top(self.k, n)
         toks = np.asarray(tokens, dtype=np.int64)
         self.succ[toks] = succ
         self.score[toks] = score
@@ -115,12 +110,12 @@ class AdjacencyTable:
         prev = [-1] + list(ids[:-1])
         self.harvest(ids[len(ids) - n :], prev[len(ids) - n :], logits[-n:] if n else logits[:0])
 
-    def harvest_tree(self, tree, before_root: int, logits: torch.Tensor) -> None:
+    def harvest_tree(self, tree, before_root: int, rows: torch.Tensor | StepReads) -> None:
         """Tree rows: node i's logits follow ``tokens[i]`` given its ancestors; its predecessor is its parent's
         token (the context token before the root, for the root)."""
         toks = tree.tokens
         prev = [before_root] + [toks[p] for p in tree.parents[1:]]
-        self.harvest(toks, prev, logits)
+        self.harvest(toks, prev, rows)
 
     # -- lookup ------------------------------------------------------------------------------------------
     def successors(self, prev: int, tok: int, use_bigram: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -178,21 +173,6 @@ class AdjacencyTable:
             slots = self._bigram_slots(keys.tolist())
             self.bi_succ[slots] = bi_succ
             self.bi_score[slots] = bi_score
-
-
-@contextmanager
-def _one_cpu_thread(t: torch.Tensor):
-    """A top-k over a few rows is fastest on one thread: split across the cores of a busy machine, each op
-    waits for every core, many times longer than the op itself (docs/measurements.md)."""
-    threads = torch.get_num_threads()
-    if t.device.type != "cpu" or threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 _EMPTY_I = np.zeros(0, dtype=np.int32)

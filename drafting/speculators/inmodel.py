@@ -10,7 +10,6 @@ what its guesses will earn sizes its steps itself (PTD, ``online_budget = False`
 from __future__ import annotations
 
 from drafting.budget.online import OnlineBudget
-from drafting.engine.fast_topk import row_argmax
 from drafting.engine.tree import Draft, DraftTree
 from drafting.engine.speculator import Speculator, StepResult, option
 from drafting.errors import SpecError
@@ -39,6 +38,7 @@ class InModelDrafter(Speculator):
     declare ``rows`` (``rows_field``, checked by ``check_rows``)."""
 
     draws_rows = True
+    reads_argmax = True  # the draft rows' argmaxes are their next drafts
     online_budget = True  # rows=auto picks among AUTO_SIZES by measured tokens per step (False: the subclass sizes steps itself)
 
     def __init__(self, **settings):
@@ -78,10 +78,10 @@ class InModelDrafter(Speculator):
 
     @staticmethod
     def row_argmax(draft: Draft, result: StepResult) -> list[int]:
-        """Argmax token of every draft row (one host sync); empty when the rows were dropped."""
+        """Argmax token of every draft row (from the step's one host read); empty when the rows were dropped."""
         if not draft.rows:
             return []
-        return row_argmax(result.logits[len(draft.tree) :]).tolist()
+        return result.reads.argmax()[len(draft.tree) :]
 
     def stats(self) -> dict:
         out = dict(self.counts)

@@ -36,7 +36,6 @@ import random
 from dataclasses import dataclass
 
 from drafting.budget.acceptance_rates import AcceptanceStats
-from drafting.engine.fast_topk import row_argmax
 from drafting.sources.token_trie import TriePool
 from drafting.engine.tree import Draft, DraftRows, DraftTree
 from drafting.engine.speculator import Settings, StepResult, option
@@ -229,7 +228,7 @@ class ProgressiveTreeDrafting(InModelDrafter):
             self._harvest_text(result.emitted)
         if draft.info.get("route") == "plain":
             return
-        top = row_argmax(result.logits).tolist()  # one host sync for the guess tree and the draft rows
+        top = result.reads.argmax()  # the step's one host read: the guess tree's and the draft rows' argmaxes
         t = len(draft.tree)
         self._harvest_guesses(draft.tree, top[:t])
         keys, self._guess_keys = self._guess_keys, None

@@ -194,11 +194,15 @@ class TreeSpeculator(Speculator):
         self._gated = room == 0
         return room
 
+    def reads_top_k(self, draft: Draft) -> int:
+        """The table's successors per tree row, harvested from every verified row unless the step was gated."""
+        return 0 if (self._gated and draft is self._last) else self.table.k
+
     def observe(self, draft: Draft, result: StepResult) -> None:
         t0 = time.perf_counter()
         tree = draft.tree
-        if not (self._gated and draft is self._last):
-            self.table.harvest_tree(tree, self._before_root, result.logits[: len(tree)])
+        if self.reads_top_k(draft):
+            self.table.harvest_tree(tree, self._before_root, result.reads)
         self.matcher.extend(result.emitted)
         path = result.accepted
         sources = tree.sources

@@ -42,14 +42,14 @@ def test_one_unmasked_row_is_stacked_and_equals_transformers_path():
 
 
 def test_grouped_attention_hands_every_argument_it_does_not_implement_to_transformers():
-    """Sinks, soft-capping, position bias, dropout and a window no mask applies go to transformers' SDPA; only
-    bookkeeping arguments, and a window that the given mask applies, stay on the grouped path."""
+    """Sinks, position bias, dropout and a window no mask applies go to the model's own implementation; only
+    bookkeeping arguments, soft-capping, and a window that the given mask applies stay on the grouped path."""
     from drafting.engine.hf.attention import _grouped_can_take
 
     assert _grouped_can_take({"position_ids": torch.zeros(1, 3), "use_cache": True, "sliding_window": None}, False)
-    assert _grouped_can_take({"sliding_window": 8}, True)
+    assert _grouped_can_take({"sliding_window": 8}, True) and _grouped_can_take({"softcap": 30.0}, True)
     assert not _grouped_can_take({"sliding_window": 8}, False)
-    for key in ("s_aux", "softcap", "position_bias", "anything_new"):
+    for key in ("s_aux", "position_bias", "anything_new"):
         assert not _grouped_can_take({key: torch.ones(3)}, True), key
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 9, 5, 16), torch.randn(1, 3, 12, 16), torch.randn(1, 3, 12, 16)
@@ -59,12 +59,29 @@ def test_grouped_attention_hands_every_argument_it_does_not_implement_to_transfo
     want, _ = sdpa_attention_forward(_Module(), q, k, v, mask, scaling=0.25, position_bias=bias)
     plain, _ = grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25)
     assert torch.allclose(got, want, atol=1e-6) and not torch.allclose(got, plain, atol=1e-3)
-    try:
-        grouped_sdpa(_Module(), q, k, v, mask, scaling=0.25, softcap=30.0)
-    except ValueError as exc:  # transformers' SDPA refuses soft-capping rather than ignoring it
-        assert "softcap" in str(exc)
-    else:
-        raise AssertionError("softcap was dropped")
+
+
+def test_soft_capped_grouped_attention_equals_gemma2_eager_attention():
+    """Soft-capping is computed on the stacked rows as Gemma 2's eager attention computes it on repeated heads,
+    with an additive mask and with a boolean one."""
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    from drafting.engine.hf.attention import grouped_eager
+
+    class Gemma2Like(_Module):
+        training = False
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 9, 5, 16) * 3, torch.randn(1, 3, 12, 16) * 3, torch.randn(1, 3, 12, 16)
+    visible = torch.rand(5, 12) > 0.4
+    visible[:, 0] = True
+    additive = torch.zeros(1, 1, 5, 12).masked_fill(~visible, torch.finfo(torch.float32).min)
+    want, _ = eager_attention_forward(Gemma2Like(), q, k, v, additive, scaling=0.25, softcap=5.0)
+    uncapped, _ = eager_attention_forward(Gemma2Like(), q, k, v, additive, scaling=0.25)
+    for mask in (additive, visible[None, None]):
+        got, _ = grouped_eager(Gemma2Like(), q, k, v, mask, scaling=0.25, softcap=5.0)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+        assert not torch.allclose(got, uncapped, atol=1e-3)  # the cap really changed the result
 
 
 def test_buffered_layer_with_values_narrower_than_keys_keeps_the_path():

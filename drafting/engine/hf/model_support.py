@@ -13,12 +13,12 @@ import functools
 import inspect
 from dataclasses import dataclass
 
-from drafting.engine.hf.attention import NAME as GROUPED
+from drafting.engine.hf.attention import EAGER_NAME as GROUPED_EAGER, NAME as GROUPED
 from drafting.errors import UnsupportedModelError
 
 # Implementations that take a 4-D additive mask and apply it as given (flash-attention ignores it, flex wants a
 # block mask, paged / remote kernels keep their own cache).
-ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", GROUPED)
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", GROUPED, GROUPED_EAGER)
 
 # Cache layer kinds whose rule goose builds into the tree mask (None = plain causal, "window" = a sliding window,
 # "chunk" = attention within fixed chunks of positions). Each is kept as a full buffered layer

@@ -125,8 +125,6 @@ class StaticForward(HFForward):
         self._masks: dict[int, torch.Tensor] = {}
         self.step_model = model
         if shapes.compile:
-            # transformers' own SDPA: the stacked grouped path keeps a per-step Python cache a graph cannot see
-            model.set_attn_implementation("sdpa")
             self.step_model = torch.compile(model, mode="reduce-overhead", dynamic=False)
 
     @classmethod
