@@ -37,7 +37,7 @@ MAX_SIBLINGS = 500  # headers read when looking for a trace's partner in its fol
 
 @app.command(cls=RegistryHelp)
 def viz(
-    traces: Annotated[Optional[list[Path]], typer.Argument(help="Trace files from `goose bench --trace DIR` or `goose chat --trace FILE`; a goose and a ptd trace of one prompt open side by side.", show_default=False)] = None,
+    traces: Annotated[Optional[list[Path]], typer.Argument(help="Trace files from `goose bench --trace DIR`, `goose chat --trace FILE` or vLLM with GooseProposer (trace=DIR); a goose and a ptd trace of one prompt open side by side.", show_default=False)] = None,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="Record a trace of this prompt now and open it.")] = None,
     speculators: Annotated[str, typer.Option("--speculators", "-s", help="With --prompt: the speculators to record, comma-separated; the first tree one (" + TREE_SPECULATORS + ") and the first draft-row one (" + ROW_SPECULATORS + ") are shown.")] = "goose,ptd",
     save: Annotated[Optional[Path], typer.Option("--save", help="With --prompt: folder to keep the recorded traces in (default: a temporary folder).")] = None,

@@ -121,6 +121,16 @@ def alignment_line(info: dict) -> str | None:
     return f"off the text since token {left} (an edit) · {moves}"
 
 
+def offered_line(info: dict) -> str | None:
+    """The chains a proposer was offered this step (vLLM's GooseProposer traces), in words: each source, its
+    length and how many of its tokens the engine's output agreed with; None where the step holds none."""
+    offered = info.get("offered")
+    if not offered:
+        return None
+    parts = [f"{entry[0]} {entry[1]}" + (f" ({entry[2]} agreed)" if len(entry) > 2 else "") for entry in offered]
+    return "offered: " + " · ".join(parts) + (f" · batch {info['batch']}" if "batch" in info else "")
+
+
 def row_states(rows: dict) -> list[str]:
     """The state of every in-model draft row sent this step: pruned by this step, or kept (grown rows are new
     nodes, listed apart as [parent row, token]; a per-row flag form is read too)."""

@@ -16,7 +16,8 @@ from textual.widget import Widget
 from drafting.engine.trace import StepRecord
 
 from tui.marks import (
-    ALIGNED_STYLE, MARKER, PROVENANCE_STYLE, ROW_MARKER, STYLE, alignment_line, node_states, provenance, row_states,
+    ALIGNED_STYLE, MARKER, PROVENANCE_STYLE, ROW_MARKER, STYLE, alignment_line, node_states, offered_line, provenance,
+    row_states,
 )
 from tui.treelayout import Seg, clip, default_trunk, layout, token_label
 from tui.views import draft_rows_tree, verified_tree
@@ -145,6 +146,9 @@ class TreePane(Widget, can_focus=True):
         aligned = alignment_line(record.info)
         if aligned:
             lines.append([Seg(aligned, PROVENANCE_STYLE["aligned"])])
+        offered = offered_line(record.info)
+        if offered:
+            lines.append([Seg(offered, "grey70")])
         produced = [Seg(f"+{len(record.emitted)}: ", "bold")]
         for tok, how in zip(record.emitted, provenance(record)):
             mark = "+" if how == "bonus" else MARKER["accepted"]

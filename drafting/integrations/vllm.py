@@ -30,6 +30,7 @@ from drafting.integrations.batch_budget import (KNEE_PRIOR, ChainAcceptance, Dep
                                                 threshold, token_chances)
 from drafting.integrations.goose_chain import SOURCES, RequestChain
 from drafting.integrations.token_adjacency import TokenAdjacency
+from drafting.integrations.vllm_trace import ProposerTrace, tokenizer_of
 from drafting.sources.output_memory import OutputMemory
 from drafting.sources import suffix_trees
 
@@ -59,6 +60,8 @@ SETTINGS = {  # name: (default, type, help)
                             "candidate source where that package is installed; on = required; off = not used"),
     "memory": (1 << 19, int, "tokens of earlier outputs remembered as a draft source (the oldest forgotten first); "
                              "0 = no memory"),
+    "trace": ("", str, "a folder: each request's steps (the chains offered, the one sent, what the engine accepted) "
+                       "are written there as a goose trace that `goose viz FILE` replays; empty = off"),
 }
 
 
@@ -187,6 +190,15 @@ class GooseProposer:
         self._last_verified = 0  # tokens the step after the previous call verifies: one per request + its drafts
         self._last_drafted = False  # whether any of them were drafts
         self._calls = 0
+        self.trace = None
+        if s["trace"]:
+            header = {"speculator": "goose", "engine": "vllm", "command": "vllm", "k": self.k,
+                      "model": str(getattr(model, "model", "") or ""), "mode": "vLLM, GooseProposer chains"}
+            try:
+                self.trace = ProposerTrace(s["trace"], header, tokenizer_of(model))
+            except OSError as exc:
+                raise SettingsError(f"GooseProposer setting trace: cannot write traces in {s['trace']!r} "
+                                    f"({exc.strerror or exc}).") from None
 
     # vLLM's runner calls this after loading the target model; a token-id proposer has nothing to load
     def load_model(self, *args, **kwargs) -> None:
@@ -229,14 +241,19 @@ class GooseProposer:
                 same_batch = False
                 state = RequestChain(_ints(row[:n]), self.table, memory=self.memory, output_from=n - new,
                                      suffix_trees=self.suffix_trees, **self._chain_args)
+                if self.trace is not None:
+                    self.trace.of(state, n - new)
             else:
                 source, drafted = state.last_source, len(state.last_draft)
-                got = state.advance(_ints(row[n - new : n]))
+                committed = _ints(row[n - new : n])
+                got = state.advance(committed)
                 if drafted:
                     self.source_acceptance[source].observe(got, drafted)
                 # every candidate of the last call, drafted or not, as far as the committed tokens tell
                 for kind, got_k, tried in state.outcomes:
                     self.kind_acceptance.observe(kind, got_k, tried)
+                if self.trace is not None and (traced := self.trace.get(state)) is not None:
+                    traced.decided(committed, got, state.outcomes, now)
             claimed.add(id(state))
             rows[i] = state
             # the engine places this step's token at n - 1; drafts must leave room for its bonus token
@@ -244,11 +261,15 @@ class GooseProposer:
         for state in previous.values():  # requests no row matched have finished or left the batch: their state goes
             if id(state) not in claimed:
                 state.close()
+                if self.trace is not None:
+                    self.trace.close(state)
         self._rows = rows
         if self._last_call is not None and same_batch:
             # the same requests, all decoding: the time since the last call is one step over what it verified
             self.cost.add(self._last_verified, now - self._last_call, self._last_drafted, len(decoding))
         drafts = self._draft(decoding)
+        if self.trace is not None:
+            self._trace_proposals(decoding, drafts, now)
         self._calls += 1
         if self.budget and self._calls % LOG_EVERY == 0:
             fit = self.cost.fit()
@@ -292,6 +313,17 @@ class GooseProposer:
             if s not in used:
                 a.idle()
         return drafts
+
+    def _trace_proposals(self, decoding: dict, drafts: dict, began: float) -> None:
+        """Hand each traced request the chain it was sent and what it was offered; the drafting time of the batch
+        is shared out evenly."""
+        now = self._clock()
+        share = (now - began) / max(1, len(decoding))
+        for i, (st, _limit) in decoding.items():
+            traced = self.trace.get(st)
+            if traced is not None:
+                traced.proposed(st.tokens, drafts.get(i, []), st.last_source, st.offered,
+                                {"batch": len(decoding)}, share, now)
 
     def _chances(self, st: RequestChain, alphas: dict, base: dict, n: int) -> list[float]:
         """The chance of each of the last proposal's ``n`` tokens to be accepted with those before it."""
