@@ -14,7 +14,8 @@ ends; if one is, the walk continues from it with its own p. A node without child
 All siblings of a node are decided on the device at once: with q_j = p(x_j) and m_j = 1 - sum_{i<j} q_i (the
 mass r still has before child j is tried), child j is accepted with probability r(x_j) = q_j / m_j, i.e. when
 u_j * m_j < q_j for a uniform u_j. The first accepted child wins; the residual sample is drawn alongside, so each
-visited node costs one host sync, and only the rows the walk visits are warped.
+visited node costs one host sync, and only the rows the walk visits are warped. Every node's children tokens go
+to the device in one copy a step and every node's uniforms are drawn in one call, whichever nodes are visited.
 """
 
 from __future__ import annotations
@@ -73,17 +74,20 @@ class TreeSampler:
     """Lossless sampling acceptor for trees, chains and plain decoding (a one-node tree).
 
     Only rows < len(tree) are read, so draft rows of in-model drafting (PTD, Lookahead) that follow the tree in
-    ``logits`` are ignored. The random generator is seeded once (``seed``) and lives on the logits' device.
+    ``logits`` are ignored. The random generator is seeded once (``seed``) and lives on the logits' device; it
+    is made by ``new_generator`` (torch.Generator; tests pass a stand-in to check the device it is asked for).
     """
 
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, new_generator=torch.Generator):
         params.check()
         self.params = params
+        self._new_generator = new_generator
         self._gen: torch.Generator | None = None
 
     def generator(self, device: torch.device) -> torch.Generator:
+        """The sampler's generator on ``device``, made and seeded the first time (again when the device changes)."""
         if self._gen is None or self._gen.device != torch.device(device):
-            gen = torch.Generator(device=device)
+            gen = self._new_generator(device=device)
             if self.params.seed is None:
                 gen.seed()
             else:
@@ -106,16 +110,25 @@ class TreeSampler:
     def _walk(self, tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
         gen = self.generator(logits.device)
         kids = _distinct_children(tree)
+        # node v's children are child_tokens[start[v]:start[v + 1]]; its uniforms, one per child and one for its
+        # residual or bonus token, are uniforms[start[v] + v : start[v + 1] + v + 1]
+        start = [0]
+        flat: list[int] = []
+        for nodes in kids:
+            flat.extend(tree.tokens[i] for i in nodes)
+            start.append(len(flat))
+        child_tokens = torch.tensor(flat, dtype=torch.long).to(logits.device, non_blocking=True) if flat else None
+        uniforms = torch.rand(len(flat) + len(kids), generator=gen, device=logits.device)
         node, path = 0, [0]
         while True:
             p = warp(logits[node], self.params)
             nodes = kids[node]
-            uniforms = torch.rand(len(nodes) + 1, generator=gen, device=p.device)
+            a, b = start[node], start[node + 1]
+            own = uniforms[a + node : b + node + 1]
             if not nodes:  # end of the accepted path: the bonus token
-                return path, int(sample(p, uniforms))
-            tokens = torch.tensor([tree.tokens[i] for i in nodes], device=p.device)
-            first, residual = sibling_choice(p, tokens, uniforms[:-1])
-            y = sample(residual, uniforms[-1:])
+                return path, int(sample(p, own))
+            first, residual = sibling_choice(p, child_tokens[a:b], own[:-1])
+            y = sample(residual, own[-1:])
             chosen, token = torch.cat([first.view(1), y]).tolist()  # the one host sync of this node
             if chosen == len(nodes):
                 return path, token
