@@ -7,7 +7,9 @@ criteria), then hands the decoding loop to this callable, which returns what ``g
 followed by the new tokens (a ``GenerateDecoderOnlyOutput`` with ``return_dict_in_generate=True``). Greedy
 output is token-identical to plain ``generate()``; with ``do_sample=True`` the temperature, top-k and top-p of
 the generation config are honoured exactly by lossless tree sampling. Every stopping criterion is checked token
-by token as transformers checks it, and a streamer passed to ``generate()`` receives each accepted token.
+by token as transformers checks it, and a streamer passed to ``generate()`` receives each accepted token. The
+criteria's answers for a step's tokens are read in one go (one host read a step, not one a token); a criterion
+is then also asked about the tokens after the one it stops at, whose answers are not used.
 
 transformers does not hand a streamer to a custom callable (it keeps it for the prompt), so it is read from
 the ``generate()`` call that invoked this function. The model is left as it was found (drafting.models.borrowed).
@@ -65,15 +67,11 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
             steps = decoder.run(input_ids[0].tolist(), max_new)
             try:
                 for record in steps:
-                    done = False
-                    for token in record.emitted:
-                        seq[0, n] = token
-                        n += 1
-                        if streamer is not None:
-                            streamer.put(seq[0, n - 1 : n].cpu())
-                        if bool(stopping_criteria(seq[:, :n], None).all()):
-                            done = True
-                            break
+                    kept, done = _append(seq, n, record.emitted, stopping_criteria)
+                    if streamer is not None:
+                        for token in record.emitted[:kept]:
+                            streamer.put(torch.tensor([token]))  # from the host's own copy: nothing to wait for
+                    n += kept
                     if done:
                         break
             finally:
@@ -86,6 +84,17 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     if gc.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(sequences=sequences)
     return sequences
+
+
+def _append(seq: torch.Tensor, n: int, tokens: list[int], stopping_criteria) -> tuple[int, bool]:
+    """Write a step's ``tokens`` after the first ``n`` of ``seq``; return (how many are kept, whether to stop):
+    all of them, or those up to and including the first after which ``stopping_criteria`` stop. The criteria
+    see every prefix as transformers shows them token by token; their answers come to the host in one read."""
+    if not tokens:
+        return 0, False
+    seq[0, n : n + len(tokens)].copy_(torch.tensor(tokens, dtype=seq.dtype), non_blocking=True)
+    stops = torch.stack([stopping_criteria(seq[:, : n + i + 1], None).all() for i in range(len(tokens))]).tolist()
+    return (stops.index(True) + 1, True) if True in stops else (len(tokens), False)
 
 
 def _speculator(model, spec: str, warm: bool):
