@@ -24,6 +24,7 @@ from drafting.disk_cache import DiskCache
 from drafting.engine.forward import TRANSFORMERS
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.tree import Draft, DraftTree
+from drafting.machine.identity import device_name
 from drafting.machine.load import LoadMeter
 
 # The points are close where CPU kernels change path: up to 8 rows (torch's own call for the few-row products it
@@ -125,11 +126,11 @@ def at_two_lengths(lm: LoadedModel, curve_at: Callable[[int], CostCurve]) -> Pre
 
 
 def curve_key(lm: LoadedModel, prefix: int) -> str:
-    """What decides a curve: model, device, dtype, thread count, cache length, weight format and engine (another
-    engine's key part names its threads, offload and build: ``weights_key``)."""
+    """What decides a curve: model, device (the GPU's model on CUDA), dtype, thread count, cache length, weight
+    format and engine (another engine's key part names its threads, offload and build: ``weights_key``)."""
     if lm.engine != TRANSFORMERS:
         return f"{lm.name}|{lm.engine}|{lm.weights_key}|{prefix}"
-    key = f"{lm.name}|{lm.device}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
+    key = f"{lm.name}|{device_name(lm.device)}|{lm.dtype}|{torch.get_num_threads()}|{prefix}"
     weights = getattr(lm, "weights", "float")
     if weights != "float":  # float keeps the key of curves cached before weight formats existed
         key += f"|{getattr(lm, 'weights_key', None) or weights}"

@@ -1,4 +1,5 @@
-"""What identifies this machine to caches of its timings: CPU, cores, torch, threads, OpenMP settings."""
+"""What identifies this machine to caches of its timings: CPU, cores, torch, threads, OpenMP settings, and the
+device a model runs on."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ def machine_identity() -> dict:
         "threads": torch.get_num_threads(),
         "openmp": {k: os.environ[k] for k in USER_KNOBS if k in os.environ},
     }
+
+
+def device_name(device: torch.device) -> str:
+    """What names ``device`` in a timing's cache key: the GPU's model on CUDA (``cuda`` alone would hand an
+    H100's cost curve to an A100 reading the same cache), ``cpu`` on the CPU (its curves are this machine's, and
+    keep the key they were cached under)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return str(device)
 
 
 def _cpu_identity() -> tuple[str, str]:

@@ -30,7 +30,7 @@ from drafting.disk_cache import DiskCache
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.hf import transformers_forward
 from drafting.machine.cost_curve import measure
-from drafting.machine.identity import machine_identity
+from drafting.machine.identity import device_name, machine_identity
 from drafting.machine.load import LoadMeter
 from drafting.machine.memory import available_bytes, gib
 from drafting.weights.float import FLOAT
@@ -122,7 +122,7 @@ def fingerprint(net: torch.nn.Module, name: str, device: torch.device, dtype: to
         **machine_identity(),
         "model": name,
         "config": hashlib.sha256(config.encode()).hexdigest()[:16],
-        "device": str(device),
+        "device": device_name(device),
         "dtype": str(dtype).replace("torch.", ""),
     }
 
