@@ -20,6 +20,7 @@ to the device in one copy a step and every node's uniforms are drawn in one call
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -29,8 +30,17 @@ from drafting.engine.sampling_params import SamplingParams
 from drafting.engine.step_reads import StepReads
 from drafting.engine.tree import DraftTree
 
-# (tree, its step's logits, the step's host reads of them) -> (accepted nodes, bonus token)
-Acceptor = Callable[[DraftTree, torch.Tensor, StepReads], tuple[list[int], int]]
+# (tree, its step's logits) -> (accepted nodes, bonus token); one that also takes ``reads`` gets the step's host
+# reads of the logits (drafting.engine.step_reads), so what it reads comes off the device with the rest
+Acceptor = Callable[..., tuple[list[int], int]]
+
+
+def takes_reads(acceptor: Acceptor) -> bool:
+    """Whether ``acceptor`` has a ``reads`` parameter (the built-in ones do; one written before them does not)."""
+    try:
+        return "reads" in inspect.signature(acceptor).parameters
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        return False
 
 
 def greedy_accept(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:

@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from drafting.engine.acceptance import Acceptor, greedy_acceptor
+from drafting.engine.acceptance import Acceptor, greedy_acceptor, takes_reads
 from drafting.engine.hooks import DecodeHook, StepDone
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.speculator import Speculator, StepResult
@@ -155,6 +155,7 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
     timed_hooks = [hook for hook in hooks if hook.timed]
     untimed_hooks = [hook for hook in hooks if not hook.timed]
     clock = dec.clock
+    with_reads = takes_reads(acceptor)
     t_start = time.perf_counter()
     m_start = clock.mark()
     context = list(result.prompt_ids)
@@ -184,7 +185,7 @@ def _steps(dec: Decoder, run: DecodeRun, max_new_tokens: int, should_stop, cache
         logits = dec.forward.step(draft, cache)
         # what acceptance and the speculator read of the logits, copied off the device together on first use
         reads = StepReads(logits, argmax=spec.reads_argmax, top_k=spec.reads_top_k(draft), top_rows=len(draft.tree))
-        path, bonus = acceptor(draft.tree, logits, reads)
+        path, bonus = acceptor(draft.tree, logits, reads=reads) if with_reads else acceptor(draft.tree, logits)
         dec.forward.keep(cache, prefix_len, path)
         tree = draft.tree
         emitted, ended = cut_at_eos([tree.tokens[i] for i in path[1:]] + [bonus], lm.eos_ids)
