@@ -62,7 +62,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type != "cuda":
+            return torch.float32
+        # bfloat16 where the GPU computes it (Ampere and later); older GPUs emulate it slowly or not at all
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     if dtype not in DTYPES:
         raise ModelError(f"Unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16.")
     return DTYPES[dtype]
