@@ -1,5 +1,7 @@
 """scripts/gpu_check.sh --cpu: the GPU check's every step, run on CPU with tiny models, passes and writes its
-table and JSON; a bad option gets one sentence and a non-zero exit."""
+table, JSON and markdown; a bad option gets one sentence and a non-zero exit; the script runs the interpreter
+whose torch sees a GPU, and without one names the torch it found. Each row's own failures:
+test_gpu_check_rows.py."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 STEPS = {"tree logits", "greedy identity", "doctor", "bench", "timing", "static shapes"}
 
 
-def _run(*args, out: Path | None = None, cache: Path | None = None, timeout: int = 120):
+def _run(*args, out: Path | None = None, cache: Path | None = None, timeout: int = 120, path: str | None = None):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    if path is not None:
+        env["PATH"] = path
     if cache is not None:
         env["GOOSE_CACHE"] = str(cache)  # the cost curves of the random models stay out of the user's cache
     env.pop("OUT", None)
@@ -29,10 +33,13 @@ def test_cpu_run_passes_and_writes_json_to_out(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all checks passed" in proc.stdout
     data = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert data["ok"] and data["cpu_mode"] and data["complete"]
+    assert data["all_passed"] and data["cpu_mode"] and data["complete"]
+    assert (data["passed"], data["failed"], data["skipped"]) == (len(data["checks"]), 0, 0)
     names = {c["name"] for c in data["checks"]}
     assert names == STEPS
-    assert all(c["ok"] for c in data["checks"])
+    assert all(c["ok"] and c["status"] == "ok" for c in data["checks"])
+    markdown = (tmp_path / "gpu_check.md").read_text()
+    assert markdown.count("| ok |") == len(data["checks"]) and "all checks passed" in markdown
     doctor = next(c for c in data["checks"] if c["name"] == "doctor")
     assert doctor["sizes"] == [1, 2, 4, 8, 16, 32, 64, 128] and all(ms > 0 for ms in doctor["ms"])
     bench = next(c for c in data["checks"] if c["name"] == "bench")
@@ -48,7 +55,7 @@ def test_unknown_step_is_one_sentence(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_without_a_gpu_it_says_so():
+def test_without_a_gpu_it_names_the_torch_it_found():
     import pytest
     import torch
 
@@ -56,7 +63,33 @@ def test_without_a_gpu_it_says_so():
         pytest.skip("a GPU is here: the script would run its full GPU check")
     proc = _run()
     assert proc.returncode == 2
-    assert "no CUDA GPU" in proc.stderr and "--cpu" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"{sys.executable} (torch {torch.__version__}, no CUDA GPU visible)" in proc.stderr
+    assert "--cpu" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def _fake_python(folder: Path, version: str, cuda: int) -> Path:
+    """A `python3` that answers the script's probe with ``version`` and ``cuda`` and reports what it was asked
+    to run instead of running it."""
+    folder.mkdir()
+    fake = folder / "python3"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo "{version} {cuda}"; exit 0; fi\necho "ran $*"\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_an_interpreter_whose_torch_sees_a_gpu_is_preferred(tmp_path):
+    """$PYTHON (here a CPU build of torch) comes first, but the check needs CUDA: python3 on PATH has it."""
+    fake = _fake_python(tmp_path / "bin", "2.99.0+cu999", 1)
+    proc = _run("--skip", "doctor", path=f"{fake.parent}:{os.environ['PATH']}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"ran {SCRIPT.parent / 'gpu_check.py'} --skip doctor"
+
+
+def test_with_cpu_the_first_interpreter_with_torch_runs_it(tmp_path):
+    fake = _fake_python(tmp_path / "bin", "2.99.0+cu999", 1)
+    proc = _run("--cpu", "--skip", "correctness,doctor,bench,static", path=f"{fake.parent}:{os.environ['PATH']}")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 passed, 6 skipped: not all checks ran" in proc.stdout and "all checks passed" not in proc.stdout
 
 
 def test_the_8b_shape_is_built_on_the_device_it_is_given():
