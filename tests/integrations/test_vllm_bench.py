@@ -153,3 +153,27 @@ def test_goose_bench_reference_comparison(tmp_path):
     path.write_text(json.dumps({"runs": []}))
     with pytest.raises(GooseReferenceError, match="ar runs"):
         load(str(path))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here (make vllm-setup; run with .venv-vllm/bin/python)")
+def test_goose_proposer_traces_of_a_real_vllm_run_add_up_to_its_accepted_tokens(tmp_path):
+    """trace=DIR inside a real engine: one trace per request (the bench's warm-up request first), each readable by
+    goose viz; their accepted drafts add up to vLLM's own counter, less at most k per request (a request's last
+    proposal is verified after the proposer last sees it, so its verdict is not in the trace)."""
+    from drafting.engine.trace import read_trace
+
+    prompts = tmp_path / "p.jsonl"
+    lines = [{"id": "list", "prompt": "List the numbers from one to twelve in words, one per line."},
+             {"id": "code", "prompt": "Write a Python function is_even(n), then write is_odd(n) the same way."}]
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    traces = tmp_path / "traces"
+    result = bench(parse_args([str(prompts), "--methods", f"goose:trace={traces}", "--max-new-tokens", "48",
+                               "--max-model-len", "1024"]))
+    files = sorted(traces.glob("*.jsonl"))
+    assert len(files) == 1 + len(lines)  # the warm-up request, then the prompts
+    records = [r for f in files[1:] for r in read_trace(f).records]
+    accepted = sum(len(r.accepted) - 1 for r in records)
+    load = next(x for x in result["loads"] if x["method"].startswith("goose"))
+    assert load["accepted"] > 0
+    assert load["accepted"] - result["num_speculative_tokens"] * len(lines) <= accepted <= load["accepted"]
