@@ -65,7 +65,11 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         if device.type != "cuda":
             return torch.float32
         # bfloat16 where the GPU computes it (Ampere and later); older GPUs emulate it slowly or not at all
-        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except (RuntimeError, AssertionError):  # CUDA cannot be asked yet: loading onto it says why, in one sentence
+            native = True
+        return torch.bfloat16 if native else torch.float16
     if dtype not in DTYPES:
         raise ModelError(f"Unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16.")
     return DTYPES[dtype]
