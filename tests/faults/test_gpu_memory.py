@@ -171,6 +171,7 @@ HFForward.step = no_room
 '''
 
 
+@pytest.mark.heavy  # a whole command under a fault, in a fresh process (about a minute)
 def test_out_of_memory_in_a_step_leaves_the_cli_in_one_sentence(tmp_path):
     (tmp_path / "no_gpu_room.py").write_text(NO_ROOM_MODULE)
     prompts = tmp_path / "prompts.jsonl"
