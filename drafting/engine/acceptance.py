@@ -27,7 +27,7 @@ import torch
 
 from drafting.engine.sampling import sample, warp
 from drafting.engine.sampling_params import SamplingParams
-from drafting.engine.step_reads import StepReads
+from drafting.engine.step_reads import StepReads, one_cpu_thread
 from drafting.engine.tree import DraftTree
 
 # (tree, its step's logits) -> (accepted nodes, bonus token); one that also takes ``reads`` gets the step's host
@@ -108,14 +108,8 @@ class TreeSampler:
     def __call__(self, tree: DraftTree, logits: torch.Tensor, reads: StepReads | None = None) -> tuple[list[int], int]:
         # The walk's vocabulary-sized element-wise ops are tiny on one thread, but each one split across
         # threads waits for every core, which on a busy machine costs far more than the op (docs/measurements.md).
-        threads = torch.get_num_threads()
-        if logits.device.type != "cpu" or threads == 1:
+        with one_cpu_thread(logits):
             return self._walk(tree, logits)
-        torch.set_num_threads(1)
-        try:
-            return self._walk(tree, logits)
-        finally:
-            torch.set_num_threads(threads)
 
     def _walk(self, tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
         gen = self.generator(logits.device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from drafting.engine import step_reads
 from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder
 from drafting.engine.sampling_params import SamplingParams
@@ -27,6 +28,12 @@ SAMPLED_READS_PER_STEP = GREEDY_READS_PER_STEP + 1
 
 SPECS = ["goose:budget=8", "goose:budget=60", "ptd:rows=8", "ptd:rows=60"]
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12] * 6  # repeats: the context source drafts long chains, the trees fill up
+
+
+@pytest.fixture(autouse=True)
+def as_on_a_gpu(monkeypatch):
+    """The logits are read as they are off a GPU (one packed copy), not as the CPU reads them in place."""
+    monkeypatch.setattr(step_reads, "transfers", lambda device: True)
 
 
 def _reads_per_step(lm, spec: str, acceptor=None, tokens: int = 40) -> list[tuple[int, object]]:
