@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import islice
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from drafting.budget.acceptance_rates import AcceptanceStats
 from drafting.budget.selection import chain_pays
@@ -209,20 +209,21 @@ def build_spine_tree(root: int, before_root: int, chain: list[int] | Chain, conf
                      side: Chain | None = None, priced: bool = False, most: int | None = None) -> Candidates:
     """Spine first, then the ``side`` chain (the other chain source) and the root alternatives, then spine branches
     (weights 1/i over spine positions). The side chain takes up to half the root alternatives' budget, or
-    (``priced``: the cost rule picks the nodes after) comes on top of them whole, up to ``most`` nodes (no paying
-    draft holds more)."""
+    (``priced``: the cost rule picks the nodes after) comes on top of them whole. Neither the spine nor the side
+    chain is laid longer than ``most`` nodes (no paying draft holds more: the rest would only be priced out)."""
     cand = Candidates(tree=DraftTree(root))
     spine = chain if isinstance(chain, Chain) else context_chain(chain, conf)
     spine_nodes = []
     parent = 0
     tag = ALIGNED if spine.source == ALIGNED else SPINE  # an aligned spine keeps its own colour and counts
-    for tok, key, prior in islice(zip(spine.tokens, spine.keys, spine.priors), plan.spine):
+    laid = plan.spine if most is None else min(plan.spine, most)
+    for tok, key, prior in islice(zip(spine.tokens, spine.keys, spine.priors), laid):
         parent = cand.add(tok, parent, tag, key, prior)
         spine_nodes.append(parent)
     opts = dict(k=k, min_score=min_score, max_depth=max_depth, bigram=bigram)
     root_budget = plan.root
     if side is not None and side.tokens and priced:
-        hang_chain(cand, side, min(len(side.tokens), most or len(side.tokens)))
+        hang_chain(cand, side, len(side.tokens) if most is None else min(len(side.tokens), most))
     elif side is not None and side.tokens and root_budget > 0:
         root_budget -= hang_chain(cand, side, max(1, root_budget // 2))
     if root_budget > 0:
@@ -344,12 +345,11 @@ class Goose(FollowsText, TreeSpeculator):
         self._side = side
         room = self.paying_room(self.best_first_node(context[-1], spine, side, plan), plan.budget)
         if room:
-            # no paying draft holds more than ``room`` nodes: a longer spine or side chain would only be priced out
-            laid = replace(plan, spine=min(plan.spine, room)) if self._pricing is not None else plan
+            priced = self._pricing is not None
             cand = build_spine_tree(
-                context[-1], self._before_root, spine, conf, laid, self.table,
+                context[-1], self._before_root, spine, conf, plan, self.table,
                 k=s.k, min_score=s.min_score, max_depth=s.depth, bigram=s.bigram, side=side,
-                priced=self._pricing is not None, most=room,
+                priced=priced, most=room if priced else None,
             )
         else:  # on this step's cost curve no tree under these first nodes pays: skip growing it
             cand = Candidates(tree=DraftTree(context[-1]))
