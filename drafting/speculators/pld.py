@@ -9,6 +9,8 @@ sure chains are verified, and on a flat one the whole chain is.
 
 With ``aligned=on`` the chain is the text the answer is copying, read at its pointer (drafting.sources.aligned)
 while the answer follows it, and the n-gram match elsewhere: prompt lookup that keeps its place in an edited file.
+The gate watches n-gram chains only: an aligned chain is drafted while the alignment holds (the source drops the
+pointer itself when the answer departs), so failed n-gram guesses after an edit do not pause the copying after it.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class PromptLookup(FollowsText, Speculator):
         self.acceptance = AcceptanceStats()
         self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when priced
         self._match = None  # the last step's whole chain and its keys, learned from against what the target emitted
+        self._source = CONTEXT  # the last drafted chain's source
 
     def bind(self, lm) -> None:
         if self.settings.priced and self.curve is None and lm.verify_cost is not None:
@@ -83,15 +86,17 @@ class PromptLookup(FollowsText, Speculator):
         self.align(context)
         return True
 
-    def chain(self) -> tuple[list[int], tuple | list, tuple | list, str, dict]:
+    def chain(self, aligned_only: bool = False) -> tuple[list[int], tuple | list, tuple | list, str, dict]:
         """(tokens, acceptance keys, priors, source tag, step info) of this step's chain: the aligned text's while
-        the answer follows it (aligned=on), else the longest n-gram match's."""
+        the answer follows it (aligned=on), else the longest n-gram match's (none when ``aligned_only``)."""
         s = self.settings
         if self.aligned is not None:
             found = self.aligned.lookup(s.draft)
             if found.state == HELD:
                 keys, priors = chain_plan(found.kind, len(found.chain))
                 return found.chain, keys, priors, ALIGNED, {"ngram": 0, "match": len(found.chain)}
+        if aligned_only:
+            return [], (), (), CONTEXT, {}
         m = self.index.match(s.draft)
         keys = [depth_key(m.ngram, d) for d in range(1, len(m.chain) + 1)]
         return m.chain, keys, [CHAIN_PRIOR] * len(keys), CONTEXT, {"ngram": m.ngram, "match": len(m.chain)}
@@ -100,11 +105,13 @@ class PromptLookup(FollowsText, Speculator):
         tree = DraftTree(context[-1])
         s = self.settings
         self._match = None
-        if s.gate and self.ema < s.threshold and self.paused_steps < s.probe:
+        gated = s.gate and self.ema < s.threshold and self.paused_steps < s.probe
+        chain, keys, priors, source, info = self.chain(aligned_only=gated)
+        if gated and not chain:
             self.paused_steps += 1
             self.counts["gated_steps"] += 1
             return Draft(tree=tree, info={"route": "gated"})
-        chain, keys, priors, source, info = self.chain()
+        self._source = source
         self._match = (chain, keys) if chain else None
         if chain and self.curve is not None:
             cand = Candidates(tree=tree)
@@ -130,8 +137,9 @@ class PromptLookup(FollowsText, Speculator):
             self.counts["offered"] += offered
             self.counts["accepted"] += accepted
             self.counts["drafted_steps"] += 1
-            self.ema = 0.7 * self.ema + 0.3 * (1.0 if accepted else 0.0)
-            self.paused_steps = 0
+            if self._source == CONTEXT:  # the gate is the n-gram matches' (an aligned chain has its own check)
+                self.ema = 0.7 * self.ema + 0.3 * (1.0 if accepted else 0.0)
+                self.paused_steps = 0
 
     def learn(self, match, emitted: list[int]) -> None:
         """Acceptance per depth from the whole chain, drafted or priced out: the target's emitted tokens say which

@@ -18,19 +18,14 @@ from drafting.errors import UnsupportedModelError
 from drafting.engine.hf.kv_cache import new_cache
 from drafting.engine.loaded_model import LoadedModel
 from drafting.engine.hf import transformers_forward
-from drafting.machine.cost_curve import CostCurve, PrefixCost
 from drafting.models.model_facts import sliding_window_of
 from drafting.speculators import create, registry
 from drafting.engine.hf.model_support import attention_layout
 from drafting.engine.tree import Draft, DraftRows, DraftTree
 from drafting.engine.hf.forward import HFForward, keep_accepted
+from support.flat_cost import FLAT
 
 VOCAB, WINDOW, ATOL = 256, 8, 1e-4
-# A flat verify cost, the same on every machine: how deep the speculators draft here must not depend on how busy the
-# machine was when a curve was measured (a steep one, taken beside another test, left them drafting too little to
-# prove deep and off-branch acceptance).
-FLAT = PrefixCost(CostCurve(sizes=[1, 2, 4, 8, 16, 32, 64, 128],
-                            seconds=[0.0050, 0.0050, 0.0050, 0.0051, 0.0052, 0.0055, 0.0060, 0.0080]))
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=512, bos_token_id=1, eos_token_id=VOCAB - 1, pad_token_id=0)
 
