@@ -67,8 +67,8 @@ class PromptLookup(FollowsText, Speculator):
         self.counts = {"offered": 0, "accepted": 0, "drafted_steps": 0, "gated_steps": 0, "priced_out_steps": 0}
         self.acceptance = AcceptanceStats()
         self.curve = None  # verify cost curves (drafting.machine.cost_curve.PrefixCost), set by bind() when priced
-        self._match = None  # the last step's whole chain and its keys, learned from against what the target emitted
-        self._source = CONTEXT  # the last drafted chain's source
+        # the last step's whole chain, its keys and its source, learned from against what the target emitted
+        self._match = None
 
     def bind(self, lm) -> None:
         if self.settings.priced and self.curve is None and lm.verify_cost is not None:
@@ -111,8 +111,7 @@ class PromptLookup(FollowsText, Speculator):
             self.paused_steps += 1
             self.counts["gated_steps"] += 1
             return Draft(tree=tree, info={"route": "gated"})
-        self._source = source
-        self._match = (chain, keys) if chain else None
+        self._match = (chain, keys, source) if chain else None
         if chain and self.curve is not None:
             cand = Candidates(tree=tree)
             for d, (tok, key, prior) in enumerate(zip(chain, keys, priors), start=1):
@@ -137,7 +136,7 @@ class PromptLookup(FollowsText, Speculator):
             self.counts["offered"] += offered
             self.counts["accepted"] += accepted
             self.counts["drafted_steps"] += 1
-            if self._source == CONTEXT:  # the gate is the n-gram matches' (an aligned chain has its own check)
+            if self._match[2] == CONTEXT:  # the gate is the n-gram matches' (an aligned chain has its own check)
                 self.ema = 0.7 * self.ema + 0.3 * (1.0 if accepted else 0.0)
                 self.paused_steps = 0
 
@@ -145,7 +144,7 @@ class PromptLookup(FollowsText, Speculator):
         """Acceptance per depth from the whole chain, drafted or priced out: the target's emitted tokens say which
         of its first tokens it would have accepted (the step's bonus token tests the first undrafted one), so a
         priced-out chain still teaches the rates that may later price it in."""
-        chain, keys = match
+        chain, keys, _source = match
         for tok, key, got in zip(chain, keys, emitted):
             self.acceptance.update(key, tok == got)
             if tok != got:
