@@ -146,10 +146,11 @@ class Report:
             sources = "\n".join(
                 f"{src} {c['accepted']}/{c['offered']} ({100 * c['rate']:.0f}%)" for src, c in d["sources"].items()
             ) or "-"
+            timed = d["forward_per_step_ms"] is not None  # not for a row that times itself (llama.cpp's own)
             t.add_row(
                 spec,
-                f"{d['forward_per_step_ms']:.1f}",
-                f"{d['overhead_per_step_ms']:.2f} ({100 * d['overhead_ratio']:.1f}%)",
+                f"{d['forward_per_step_ms']:.1f}" if timed else "-",
+                f"{d['overhead_per_step_ms']:.2f} ({100 * d['overhead_ratio']:.1f}%)" if timed else "-",
                 sources,
                 _info_text(d["info"]) or "-",
                 ", ".join(f"{k} {_num(v)}" for k, v in d["stats"].items()) or "-",

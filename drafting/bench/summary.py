@@ -139,12 +139,13 @@ def summarize(runs: list[dict], greedy: bool = True) -> dict:
                 stats[k] = stats.get(k, 0) + v
         for c in sources.values():
             c["rate"] = c["accepted"] / c["offered"] if c["offered"] else 0.0
+        passes = sum(r.get("forward_passes", 0) for r in rs)  # none for a row timed outside goose (external)
         entry["details"] = {
             "forward_s": forward,
             "overhead_s": overhead,
             "overhead_ratio": overhead / forward if forward else 0.0,
-            "overhead_per_step_ms": 1000 * overhead / max(1, entry["steps"]),
-            "forward_per_step_ms": 1000 * forward / max(1, sum(r.get("forward_passes", 0) for r in rs)),
+            "overhead_per_step_ms": 1000 * overhead / max(1, entry["steps"]) if passes else None,
+            "forward_per_step_ms": 1000 * forward / passes if passes else None,
             "sources": sources,
             "info": info,
             "stats": stats,

@@ -88,6 +88,26 @@ def test_each_row_says_where_it_ran():
     assert rows == {"ar": "cuda", "llama.cpp": "cpu", "pld": "cuda"}
 
 
+def test_a_row_timed_outside_goose_has_no_forward_or_overhead_figures():
+    """llama.cpp's own loop reports no forward passes: its details say "-", not its wall time as one pass."""
+    from rich.console import Console
+
+    from goosecli.bench_report import Report
+
+    runs = [run("a", "code", "ar", 10, 1.0, 10, forward_passes=11, forward_s=0.9, overhead_s=0.05),
+            run("a", "code", "llama.cpp", 10, 2.0, 10, same=None, external=True, forward_passes=0, forward_s=2.0,
+                overhead_s=0.0)]
+    s = summarize(runs)
+    assert s["ar"]["details"]["forward_per_step_ms"] == pytest.approx(1000 * 0.9 / 11)
+    assert s["llama.cpp"]["details"]["forward_per_step_ms"] is None
+    assert s["llama.cpp"]["details"]["overhead_per_step_ms"] is None
+    console = Console(record=True, width=200)
+    console.print(Report("m", list(s), greedy=True)._details_table(s))
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
+            for line in console.export_text().splitlines() if line.count("│") > 3 and "speculator" not in line}
+    assert rows["llama.cpp"] == ["-", "-"] and rows["ar"][0] == "81.8"
+
+
 def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
