@@ -37,7 +37,7 @@ vllm() {  # vLLM's own methods and GooseProposer, checked against the smollm2 ru
 
 case "${1:-all}" in
   edits|all) table edits README.md "$EDITS" results/edits.json -s hf-ar,hf-pld,pld,pld:aligned=on,goose -n 384 ;;&
-  llama-edits|all) table llama-edits README.md "$EDITS" results/llama-edits.json --engine llama.cpp -s ar,pld,pld:aligned=on,goose,llama.cpp -n 384 ;;&
+  llama-edits|all) table llama-edits README.md "$EDITS" results/llama-edits.json --engine llama.cpp -s ar,pld,pld:aligned=on,goose,llama.cpp,llama.cpp-ngram -n 384 ;;&
   llama-1.5b-edits|all) table llama-1.5b-edits docs/edits.md "$EDITS" results/llama-1.5b-edits.json --engine llama.cpp --model qwen2.5-coder-1.5b --limit 8 -s pld,pld:aligned=on,goose,llama.cpp -n 256 ;;&
   smollm2|all) run smollm2 results/smollm2.json -s hf-ar,pld,hf-pld,goose -n 128 ;;&
   gemma3|all) run gemma3 results/gemma3.json --model gemma3-270m -s hf-ar,pld,tr,iso,goose,lookahead,ptd -n 64 ;;&
