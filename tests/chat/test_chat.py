@@ -5,32 +5,17 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from drafting.engine.tree import ALIGNED
 from drafting.engine.trace import read_trace
+from support.chat_pilot import ask, wait_answer
 from support.screentext import screen_text, sync
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-async def ask(app, pilot, text):
-    app.query_one("#prompt").value = text
-    await pilot.press("enter")
-
-
-async def wait_answer(app, pilot, limit=300.0):
-    # wall time, generous: an answer may start by measuring the cost curve again (drafting.machine.curve_watch),
-    # which on a loaded 2-core machine takes longer than the answer itself
-    deadline = time.monotonic() + limit
-    while app.generating and time.monotonic() < deadline:
-        await pilot.pause(0.1)
-    assert not app.generating, f"the answer was still running after {limit:.0f} s"
-    await pilot.pause(0.2)
 
 
 class StepCountingStop(threading.Event):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from support.cli import run_goose
+from support.chat_pilot import ask, wait_answer
 from support.screentext import screen_text, sync
 
 from drafting.engine.trace import read_trace
@@ -69,13 +70,8 @@ async def test_chat_app_on_llama_cpp_draws_each_steps_tree(llama_lm):
     session.ar_step_s = 0.02
     app = ChatApp(session)
     async with app.run_test(size=(100, 30)) as pilot:
-        app.query_one("#prompt").value = "Repeat: one two three, one two three, one two three."
-        await pilot.press("enter")
-        for _ in range(600):
-            if not app.generating:
-                break
-            await pilot.pause(0.1)
-        await pilot.pause(0.2)
+        await ask(app, pilot, "Repeat: one two three, one two three, one two three.")
+        await wait_answer(app, pilot)
         screen = screen_text(app)
         assert "llama.cpp Q4_1" in screen and "goose › " in screen and "step tree · goose" in screen
 
