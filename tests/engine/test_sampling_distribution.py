@@ -7,6 +7,10 @@ and a chi-square test compares the counts with the exact probabilities. The prom
 text, which repeats itself, so context-matching speculators draft tokens the model often takes: the test checks
 that drafts were offered, sometimes accepted and sometimes rejected, otherwise it would prove nothing.
 
+Tree budgets (PTD's ``rows=auto``, GOOSE's ``budget=auto``, priced PLD) read a fixed verify cost curve here, a
+GPU-like one where extra rows cost little, not this machine's measurement: on a busy machine the measured curve
+can say that no draft pays, and a speculator that drafts nothing proves nothing.
+
 Power check: the same test against verifiers with a known bias (PTD's public code emits the argmax of the residual
 when every child is rejected; a common slip samples the rejected child's own distribution again) must fail.
 """
@@ -24,6 +28,7 @@ from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder
 from drafting.engine.sampling import warp
 from drafting.engine.sampling_params import SamplingParams
+from drafting.machine.cost_curve import DEFAULT_SIZES, CostCurve, PrefixCost
 from drafting.speculators import create, registry
 from support.sampling_reference import chi_square, reference_warp
 
@@ -58,6 +63,9 @@ def peaked_lm():
     model = lm.model
     with torch.no_grad():
         model.lm_head.weight.mul_(16.0)  # random logits are nearly flat; a trained model's are peaked
+    seconds = [0.001 * (1 + 0.01 * (n - 1)) for n in DEFAULT_SIZES]  # each extra row costs 1% of a plain step
+    flat = PrefixCost(CostCurve(sizes=list(DEFAULT_SIZES), seconds=seconds))
+    lm.verify_cost = lambda: flat  # the same sizing on every machine, however busy (see the module's text)
     return lm
 
 
