@@ -28,8 +28,8 @@ from drafting.engine.acceptance import make_acceptor
 from drafting.engine.decode import Decoder
 from drafting.engine.sampling import warp
 from drafting.engine.sampling_params import SamplingParams
-from drafting.machine.cost_curve import DEFAULT_SIZES, CostCurve, PrefixCost
 from drafting.speculators import create, registry
+from support.flat_cost import FLAT
 from support.sampling_reference import chi_square, reference_warp
 
 VOCAB = 16
@@ -63,9 +63,7 @@ def peaked_lm():
     model = lm.model
     with torch.no_grad():
         model.lm_head.weight.mul_(16.0)  # random logits are nearly flat; a trained model's are peaked
-    seconds = [0.001 * (1 + 0.01 * (n - 1)) for n in DEFAULT_SIZES]  # each extra row costs 1% of a plain step
-    flat = PrefixCost(CostCurve(sizes=list(DEFAULT_SIZES), seconds=seconds))
-    lm.verify_cost = lambda: flat  # the same sizing on every machine, however busy (see the module's text)
+    lm.verify_cost = lambda: FLAT  # the same sizing on every machine, however busy (see the module's text)
     return lm
 
 
