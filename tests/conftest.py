@@ -124,6 +124,17 @@ def tiny_lm():
 
 
 @pytest.fixture(scope="session")
+def flat_tiny_lm(tiny_lm):
+    """``tiny_lm`` whose tree budgets read the flat verify cost (support.flat_cost), for tests that need drafts
+    or harvests to happen: the curve measured for it on a busy machine can be steep enough that nothing pays."""
+    from dataclasses import replace
+
+    from support.flat_cost import FLAT
+
+    return replace(tiny_lm, verify_cost=lambda: FLAT)
+
+
+@pytest.fixture(scope="session")
 def embedded_lm():
     from drafting.models.loader import load_model
 

@@ -102,7 +102,7 @@ def test_bench_hf_ar_rows_are_identical_and_summarised(tmp_path):
     path.write_text(json.dumps({"id": "p1", "task": "code", "prompt": "Rewrite this: def add(a, b): return a + b"}) + "\n")
     out = tmp_path / "b.json"
     proc = run_goose("bench", str(path), "-s", "hf-ar,pld,hf-pld", "-n", "16", "--dtype", "float32", "--json", str(out),
-                     timeout=300)
+                     timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     runs = {r["speculator"]: r for r in doc["runs"]}

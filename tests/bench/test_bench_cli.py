@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOOD = json.dumps({"id": "p1", "task": "code", "prompt": "Write a Python function that adds two numbers."})
 
 
-def goose(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def goose(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return run_goose(*args, timeout=timeout)
 
 

@@ -157,5 +157,6 @@ def test_an_untimed_hook_is_left_out_of_the_runs_clock_and_a_timed_one_is_not(ti
     timed = Decoder(tiny_lm, create("ar"), hooks=[Slow(True)]).generate(PROMPT, steps)
     assert untimed.steps == timed.steps == steps
     assert timed.wall_s >= steps * 0.05
-    assert untimed.wall_s < timed.wall_s - (steps - 1) * 0.05
+    # half the sleeps as slack: the two runs' own compute differs by a preempted step or two on a shared machine
+    assert untimed.wall_s < timed.wall_s - steps * 0.05 / 2
     assert len(untimed.margins) == steps and all(m >= 0 for m in untimed.margins)

@@ -123,15 +123,15 @@ def test_buffered_cache_grows_crops_and_compacts(tiny_lm):
     assert torch.equal(layer.keys[:, :, :1200], full[:, :, :1200])
 
 
-def test_prefill_logits_only_for_speculators_that_read_them(tiny_lm):
+def test_prefill_logits_only_for_speculators_that_read_them(flat_tiny_lm):
     from drafting.engine.decode import Decoder
     from drafting.speculators import create
     from drafting.engine.hf.forward import HFForward
 
-    fwd = HFForward(tiny_lm.model, tiny_lm.dtype, tiny_lm.device)
+    fwd = HFForward(flat_tiny_lm.model, flat_tiny_lm.dtype, flat_tiny_lm.device)
     ids = [5, 17, 33, 2, 90, 41, 7]
-    full = fwd.prefill(ids, new_cache(tiny_lm.model.config))
-    last = fwd.prefill(ids, new_cache(tiny_lm.model.config), 1)
+    full = fwd.prefill(ids, new_cache(flat_tiny_lm.model.config))
+    last = fwd.prefill(ids, new_cache(flat_tiny_lm.model.config), 1)
     assert full.shape[0] == len(ids) and last.shape[0] == 1
     assert torch.allclose(last[0], full[-1], atol=1e-5)
 
@@ -139,7 +139,7 @@ def test_prefill_logits_only_for_speculators_that_read_them(tiny_lm):
     for name in ("ar", "pld", "goose", "goose:harvest=off", "goose:harvest_window=3"):
         spec = create(name)
         spec.observe_prefill = lambda _ids, logits, name=name: seen.__setitem__(name, logits)
-        Decoder(tiny_lm, spec).generate(ids, 3)
+        Decoder(flat_tiny_lm, spec).generate(ids, 3)
     assert seen["ar"] is None and seen["pld"] is None and seen["goose:harvest=off"] is None
     assert seen["goose"].shape[0] == len(ids) - 1  # the last prompt token is the first step's root
     assert seen["goose:harvest_window=3"].shape[0] == 3

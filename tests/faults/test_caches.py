@@ -300,7 +300,7 @@ def test_two_first_loads_at_once_both_succeed_and_leave_one_folder(small_gguf, t
 
 # --- the adjacency table's cache file --------------------------------------------------------------------------
 
-def test_a_damaged_adjacency_cache_is_ignored_and_replaced(tiny_lm, tmp_path, capsys):
+def test_a_damaged_adjacency_cache_is_ignored_and_replaced(flat_tiny_lm, tmp_path, capsys):
     from drafting.engine.decode import Decoder
 
     path = tmp_path / "adj.npz"
@@ -309,7 +309,7 @@ def test_a_damaged_adjacency_cache_is_ignored_and_replaced(tiny_lm, tmp_path, ca
     assert len(spec.table) == 0
     lines = cache_lines(capsys.readouterr().err)
     assert len(lines) == 1 and str(path) in lines[0]
-    Decoder(tiny_lm, spec).generate([1, 5, 9, 5, 9, 5], 12)
+    Decoder(flat_tiny_lm, spec).generate([1, 5, 9, 5, 9, 5], 12)
     spec.save_cache()
     back = AdjacencyTable(k=spec.table_size())
     back.load(path)

@@ -16,7 +16,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 STEPS = {"tree logits", "greedy identity", "doctor", "bench", "timing", "static shapes"}
 
 
-def _run(*args, out: Path | None = None, cache: Path | None = None, timeout: int = 120, path: str | None = None):
+def _run(*args, out: Path | None = None, cache: Path | None = None, timeout: int = 300, path: str | None = None):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     if path is not None:
         env["PATH"] = path

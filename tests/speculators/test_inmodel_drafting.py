@@ -2,7 +2,6 @@
 
 import json
 import random
-from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ from drafting.errors import SpecError
 from drafting.speculators import create
 from drafting.engine.speculator import StepResult
 from drafting.engine.tree import Draft, DraftTree
-from support.flat_cost import FLAT
 
 # the cost measured on this CPU for the embedded model (seconds per forward by rows)
 CPU_CURVE = CostCurve(sizes=[1, 2, 8, 16, 32, 64, 128], seconds=[0.038, 0.061, 0.064, 0.077, 0.105, 0.160, 0.273])
@@ -30,11 +28,9 @@ def _prompts(n=3):
     ["lookahead", "lookahead:w=3,n=3,g=2,rows=12", "ptd", "ptd:rows=3", "ptd:rows=64,window=6,nodes=64,depth=3,width=2",
      "ptd:seed=off,rows=24"],
 )
-def test_matches_plain_decoding_on_tiny_model(tiny_lm, spec):
-    # rows=auto sizes by a fixed flat curve: a steep one measured on a busy machine can leave nothing riding along
-    tiny_lm = replace(tiny_lm, verify_cost=lambda: FLAT)
-    ar = Decoder(tiny_lm, create("ar"))
-    dec = Decoder(tiny_lm, create(spec))
+def test_matches_plain_decoding_on_tiny_model(flat_tiny_lm, spec):
+    ar = Decoder(flat_tiny_lm, create("ar"))
+    dec = Decoder(flat_tiny_lm, create(spec))
     drafted = 0
     for p in _prompts():
         res = dec.generate(p, 40)

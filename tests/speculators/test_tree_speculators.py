@@ -17,9 +17,9 @@ PROMPT = [1, 5, 9, 13, 5, 9, 13, 17, 21, 5, 9, 13, 17, 21, 25, 5, 9, 13]
              "goose:bigram=off", "goose:confidence=off", "goose:harvest=off", "goose:memory=0", "goose:own=off",
              "goose:aligned=off"],
 )
-def test_tiny_model_matches_ar(tiny_lm, spec):
-    want = Decoder(tiny_lm, create("ar")).generate(PROMPT, 40).output_ids
-    dec = Decoder(tiny_lm, create(spec))
+def test_tiny_model_matches_ar(flat_tiny_lm, spec):
+    want = Decoder(flat_tiny_lm, create("ar")).generate(PROMPT, 40).output_ids
+    dec = Decoder(flat_tiny_lm, create(spec))
     steps = 0
     for _ in range(2):  # the second run starts with the table the first one filled (hot start)
         res = dec.generate(PROMPT, 40)
@@ -91,10 +91,10 @@ def test_goose_lays_the_text_an_edit_copies_as_its_spine_and_tags_it():
     assert create("goose:aligned=off").aligned is None
 
 
-def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
+def test_adjacency_cache_warms_a_new_speculator(flat_tiny_lm, tmp_path):
     path = tmp_path / "adj.npz"
     first = create(f"goose:cache={path}")
-    Decoder(tiny_lm, first).generate(PROMPT, 20)
+    Decoder(flat_tiny_lm, first).generate(PROMPT, 20)
     first.save_cache()
     assert path.exists()
     second = create(f"goose:cache={path}")
@@ -102,7 +102,7 @@ def test_adjacency_cache_warms_a_new_speculator(tiny_lm, tmp_path):
     path.write_text("garbage")  # not a table: ignored (one line says so) and replaced at the next save
     third = create(f"goose:cache={path}")
     assert len(third.table) == 0
-    Decoder(tiny_lm, third).generate(PROMPT, 20)
+    Decoder(flat_tiny_lm, third).generate(PROMPT, 20)
     third.save_cache()
     assert len(create(f"goose:cache={path}").table) == len(third.table) > 0
     with pytest.raises(SpecError):  # a table of other settings is refused, not overwritten

@@ -18,3 +18,11 @@ async def wait_answer(app, pilot, limit=300.0):
         await pilot.pause(0.1)
     assert not app.generating, f"the answer was still running after {limit:.0f} s"
     await pilot.pause(0.2)
+
+
+async def wait_tokens(app, pilot, tokens, limit=300.0):
+    """Until the running answer has ``tokens`` tokens (by the wall clock, for the same reason as ``wait_answer``)."""
+    deadline = time.monotonic() + limit
+    while app.stats.tokens < tokens and app.generating and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+    assert app.stats.tokens >= tokens, f"the answer had {app.stats.tokens} tokens after {limit:.0f} s, not {tokens}"

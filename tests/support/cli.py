@@ -16,7 +16,7 @@ def cli_env(**extra: str) -> dict:
     return dict(os.environ, **extra, PYTHONPATH=path)
 
 
-def run_goose(*args: str, timeout: float = 240, input_text: str | None = None, **env: str) -> subprocess.CompletedProcess:
+def run_goose(*args: str, timeout: float = 600, input_text: str | None = None, **env: str) -> subprocess.CompletedProcess:
     """``goose ARGS`` run to its end; ``input_text`` is piped to its stdin."""
     return subprocess.run([sys.executable, "-m", "goosecli", *args], cwd=ROOT, env=cli_env(**env), input=input_text,
                           capture_output=True, text=True, timeout=timeout)
