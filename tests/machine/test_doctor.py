@@ -91,8 +91,8 @@ def test_doctor_writes_the_choice_that_auto_then_uses(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert [m["mode"] for m in doc["modes"]] == ["float32", "float32+onednn"]
-    assert "--weights auto chose" in proc.stdout
-    if doc["busy"] is None and all(m["gave_up"] is None for m in doc["modes"]):
+    if doc["busy"] is None and all(m["gave_up"] is None for m in doc["modes"]):  # a busy machine can leave a mode out
+        assert "--weights auto chose" in proc.stdout
         chosen = doc["weights_auto"][0]["weights"]
         cached = list((tmp_path / "cache" / "modes").glob("*.json"))
         assert len(cached) == 1 and json.loads(cached[0].read_text())["choice"]["weights"] == chosen

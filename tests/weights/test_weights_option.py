@@ -25,6 +25,6 @@ def test_weights_option_is_checked_before_loading(command, args):
 @pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no weight-only int8 CPU kernel")
 def test_chat_answers_with_int8_weights():
     done = subprocess.run([sys.executable, "-m", "goosecli", "chat", "--plain", "--weights", "int8", "-n", "6", "-s", "pld"],
-                          input="Say hello.\n", cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180)
+                          input="Say hello.\n", cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and done.stdout.strip()
