@@ -127,11 +127,9 @@ def tiny_lm():
 def flat_tiny_lm(tiny_lm):
     """``tiny_lm`` whose tree budgets read the flat verify cost (support.flat_cost), for tests that need drafts
     or harvests to happen: the curve measured for it on a busy machine can be steep enough that nothing pays."""
-    from dataclasses import replace
+    from support.flat_cost import priced_flat
 
-    from support.flat_cost import FLAT
-
-    return replace(tiny_lm, verify_cost=lambda: FLAT)
+    return priced_flat(tiny_lm)
 
 
 @pytest.fixture(scope="session")

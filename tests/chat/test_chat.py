@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from drafting.engine.tree import ALIGNED
 from drafting.engine.trace import read_trace
 from support.chat_pilot import ask, wait_answer, wait_tokens
-from support.flat_cost import FLAT
+from support.flat_cost import priced_flat
 from support.screentext import screen_text, sync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +112,7 @@ async def test_a_pasted_file_is_followed_and_the_tree_says_where(embedded_lm):
                 if "consonants_within" in line)
     # the flat verify cost: how far the copy is drafted must not follow how busy the machine is (nor may the answer
     # wait for the curve to be measured again)
-    session = ChatSession(replace(embedded_lm, verify_cost=lambda: FLAT), "goose", max_new_tokens=48)
+    session = ChatSession(priced_flat(embedded_lm), "goose", max_new_tokens=48)
     session.ar_step_s = 0.05
     app = ChatApp(session)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -46,14 +46,14 @@ def test_timed_phases_are_sane_and_output_equals_ar(tiny_lm, spec):
 def test_compiled_static_step_equals_plain_decoding_on_cpu(monkeypatch):
     """The compiled step traces goose's grouped attention (no KV copy inside the graph either) and decodes as the
     eager steps do."""
-    from support.flat_cost import FLAT
+    from support.flat_cost import priced_flat
     from support.tinymodel import tiny_llama
     from test_no_kv_copy import refuse_repeat_kv
 
     from drafting.engine.hf.attention import NAME
 
-    tiny_lm = tiny_llama(128, 64, 512, bos=1, eos_ids={127}, name="tiny-compiled")
-    tiny_lm.verify_cost = lambda: FLAT  # goose drafts, so the tree sizes are traced too, however busy the machine
+    # flat pricing: goose drafts, so the tree sizes are traced too, however busy the machine
+    tiny_lm = priced_flat(tiny_llama(128, 64, 512, bos=1, eos_ids={127}, name="tiny-compiled"))
     ids = _prompt()
     shapes = StaticShapes(buckets=(1, 16, 64), compile=True)
     for spec in ("ar", "goose"):

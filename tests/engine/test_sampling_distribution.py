@@ -29,7 +29,7 @@ from drafting.engine.decode import Decoder
 from drafting.engine.sampling import warp
 from drafting.engine.sampling_params import SamplingParams
 from drafting.speculators import create, registry
-from support.flat_cost import FLAT
+from support.flat_cost import priced_flat
 from support.sampling_reference import chi_square, reference_warp
 
 VOCAB = 16
@@ -63,8 +63,7 @@ def peaked_lm():
     model = lm.model
     with torch.no_grad():
         model.lm_head.weight.mul_(16.0)  # random logits are nearly flat; a trained model's are peaked
-    lm.verify_cost = lambda: FLAT  # the same sizing on every machine, however busy (see the module's text)
-    return lm
+    return priced_flat(lm)  # the same sizing on every machine, however busy (see the module's text)
 
 
 @pytest.fixture(scope="module")
